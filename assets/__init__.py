@@ -1,0 +1,1 @@
+"""Thin Dagster assets and asset checks, one module per asset group."""

@@ -1,0 +1,3 @@
+"""Asset group names: one group per stage of the flywheel."""
+
+SEEDS = "seeds"

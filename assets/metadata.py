@@ -1,0 +1,39 @@
+"""Metadata helpers shared by assets: counts and previews as Markdown a person can read in the UI."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+PREVIEW_ROWS = 10
+CELL_CHARS = 80
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """A GitHub-flavoured Markdown table; cells are shortened and pipes escaped so one row stays one line."""
+    head = "| " + " | ".join(columns) + " |\n| " + " | ".join("---" for _ in columns) + " |\n"
+    body = "".join("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |\n" for row in rows)
+    return head + body
+
+
+def _cell(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = text.replace("\n", " ").replace("|", "\\|")
+    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+
+
+def count_table(values: Iterable[Any], label: str) -> dg.MetadataValue:
+    """Counts of each value, most common first, as a Markdown table."""
+    counts = Counter(values).most_common()
+    return dg.MetadataValue.md(markdown_table([{label: k, "count": n} for k, n in counts], [label, "count"]))
+
+
+def preview(frame: pd.DataFrame, columns: Sequence[str], rows: int = PREVIEW_ROWS) -> dg.MetadataValue:
+    """The first rows of a table, selected columns, as Markdown."""
+    present = [c for c in columns if c in frame.columns]
+    return dg.MetadataValue.md(markdown_table(frame[present].head(rows).to_dict(orient="records"), present))

@@ -1,0 +1,1 @@
+"""Seed -> task variants: programmatic generators per family and LLM rewrites. Pure Python: no Dagster here."""

@@ -1,0 +1,89 @@
+"""The `seedwheel` command line: run the flywheel, check seed files, open the UI."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from pipeline.settings import PROFILES, Settings
+
+UI_HOST = "127.0.0.1"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """seedwheel: the data flywheel for RL from verifiable rewards, as a Dagster project."""
+
+
+@main.command()
+@click.option("--profile", type=click.Choice(PROFILES), help="Default: $SEEDWHEEL_PROFILE, else quickstart.")
+@click.option("--select", default=None, help="Dagster asset selection, e.g. 'seed_tasks+' or 'group:seeds'.")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+def run(profile: str | None, select: str | None, home: Path | None) -> None:
+    """Materialize the asset graph (recorded in the Dagster instance, visible in the UI)."""
+    from pipeline.runs import materialize  # Dagster loads slowly; keep `seedwheel --help` fast
+
+    settings = Settings.from_env(profile=profile, home=home)
+    click.echo(f"seedwheel run: profile={settings.profile} storage={settings.home}")
+    try:
+        summary = materialize(settings, select)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    click.echo(f"\nrun {summary.run_id}: {'succeeded' if summary.success else 'FAILED'}")
+    click.echo(f"{'asset':<28} {'rows':>8}  path")
+    for asset in summary.assets:
+        rows = "-" if asset.rows is None else str(asset.rows)
+        click.echo(f"{asset.key:<28} {rows:>8}  {asset.path}")
+    for name, passed, severity in summary.checks:
+        click.echo(f"check {name}: {'passed' if passed else f'failed ({severity})'}")
+    for failure in summary.failures:
+        click.echo(f"step failed: {failure}", err=True)
+    click.echo(f"\nRuns are recorded in {settings.dagster_home}. Open the UI: make ui (or seedwheel ui), then")
+    click.echo(f"http://{UI_HOST}:3000. Read outputs with pandas: validators.tables.read_table(path).")
+    if not summary.success:
+        sys.exit(1)
+
+
+@main.group()
+def seeds() -> None:
+    """Curated seed sets."""
+
+
+@seeds.command("validate")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+def seeds_validate(paths: tuple[Path, ...]) -> None:
+    """Check seed files (default: the seeds folder); one line per problem, exit 1 if any."""
+    from validators.registry import VerifyContext
+    from validators.seeds import load_seeds
+
+    settings = Settings.from_env()
+    try:
+        seed_set = load_seeds(
+            paths or [settings.seeds_dir], root=Path.cwd(), context=VerifyContext(seeds_dir=settings.seeds_dir)
+        )
+    except FileNotFoundError as exc:
+        raise click.UsageError(str(exc)) from exc
+    for problem in seed_set.problems:
+        click.echo(str(problem))
+    click.echo(
+        f"{len(seed_set.files)} files, {len(seed_set.tasks)} valid seeds, {len(seed_set.problems)} problems",
+        err=True,
+    )
+    if seed_set.problems:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--port", default=3000, show_default=True)
+def ui(port: int) -> None:
+    """Open the Dagster UI on this project (`dagster dev`, which also runs schedules and sensors)."""
+    from pipeline.runs import open_instance
+
+    settings = Settings.from_env()
+    open_instance(settings).dispose()
+    target = ["-w", "workspace.yaml"] if Path("workspace.yaml").exists() else ["-m", "pipeline.definitions"]
+    command = ["dagster", "dev", *target, "-h", UI_HOST, "-p", str(port)]
+    os.execvpe(command[0], command, {**os.environ, **settings.environ()})

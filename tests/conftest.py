@@ -1,0 +1,26 @@
+"""Shared fixtures: the repository's own seeds, and settings that keep every write under tmp_path."""
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.settings import Settings
+from tests.paths import SEEDS
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Quickstart settings on the bundled seeds, storage and Dagster instance under tmp_path."""
+    return Settings.from_env(
+        {}, profile="quickstart", home=tmp_path / "home", seeds_dir=SEEDS, dagster_home=tmp_path / "dagster"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test reads a developer's SEEDWHEEL_* / DAGSTER_HOME or writes into the working tree."""
+    for name in ("SEEDWHEEL_PROFILE", "SEEDWHEEL_HOME", "SEEDWHEEL_SEEDS", "DAGSTER_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SEEDWHEEL_HOME", str(tmp_path / "env-home"))
+    monkeypatch.setenv("SEEDWHEEL_SEEDS", str(SEEDS))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "env-dagster"))

@@ -1,0 +1,78 @@
+"""The `seedwheel` command line, driven as a user drives it."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import main
+from tests.paths import REPO, SEEDS
+from validators.tables import read_table
+
+
+def test_seeds_validate_passes_on_the_bundled_seeds():
+    result = CliRunner().invoke(main, ["seeds", "validate", str(SEEDS)])
+    assert result.exit_code == 0, result.output
+    assert "0 problems" in result.output
+
+
+def test_seeds_validate_reports_each_problem_and_exits_1(tmp_path, monkeypatch):
+    folder = tmp_path / "arithmetic"
+    folder.mkdir()
+    good = {"prompt": "1 + 1?", "verifier": {"name": "numeric_answer", "params": {"answer": 2}}, "reference": "#### 2"}
+    (folder / "bad.jsonl").write_text(json.dumps(good) + "\n{not json}\n" + json.dumps({"prompt": "x"}) + "\n")
+    monkeypatch.chdir(tmp_path)  # paths are shown relative to the working directory
+    result = CliRunner().invoke(main, ["seeds", "validate", "arithmetic"])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        "arithmetic/bad.jsonl:2: invalid JSON: Expecting property name enclosed in double quotes at column 2 (/)"
+        " - fix the JSON syntax; a .jsonl file holds one complete JSON object per line",
+        "arithmetic/bad.jsonl:3: missing field 'verifier' (/verifier) - add the field",
+    ]
+    assert "1 files, 1 valid seeds, 2 problems" in result.stderr
+
+
+def test_seeds_validate_missing_path_is_a_usage_error(tmp_path):
+    result = CliRunner().invoke(main, ["seeds", "validate", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "no such seed file or folder" in result.output
+
+
+def test_run_materializes_and_records_the_run(tmp_path):
+    home, dagster_home = tmp_path / "home", tmp_path / "dagster"
+    env = {**os.environ, "SEEDWHEEL_HOME": str(home), "DAGSTER_HOME": str(dagster_home), "SEEDWHEEL_SEEDS": str(SEEDS)}
+    seedwheel = Path(sys.executable).with_name("seedwheel")
+    result = subprocess.run(
+        [seedwheel, "run", "--profile", "quickstart"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "succeeded" in result.stdout
+    tasks = read_table(home / "seed_tasks.parquet")
+    assert re.search(rf"^seed_tasks +{len(tasks)} +{home}/seed_tasks.parquet$", result.stdout, re.M)  # the summary
+    assert (home / "seed_rejects.parquet").exists()
+    # The run is in the persistent instance, where the UI finds it.
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        [run] = instance.get_runs()
+        assert run.is_success
+        assert run.tags["seedwheel/profile"] == "quickstart"
+
+
+def test_run_rejects_a_selection_that_matches_nothing(settings):
+    result = CliRunner().invoke(main, ["run", "--select", "no_such_asset", "--home", str(settings.home)])
+    assert result.exit_code == 2
+    assert "matches no asset" in result.output
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["seeds", "validate", "--help"], ["ui", "--help"]])
+def test_help(args):
+    assert CliRunner().invoke(main, args).exit_code == 0
+
+
+def test_workspace_points_at_the_definitions():
+    assert "pipeline.definitions" in (REPO / "workspace.yaml").read_text()

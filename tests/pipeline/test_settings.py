@@ -1,0 +1,42 @@
+"""Settings: one switch read once, CLI flags over environment over defaults."""
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("environ", "overrides", "expected"),
+    [
+        # Defaults: storage in ./.seedwheel, the Dagster instance beside it.
+        ({}, {}, ("quickstart", ".seedwheel", ".seedwheel-dagster")),
+        # The environment moves both.
+        (
+            {"SEEDWHEEL_HOME": "/data/sw", "SEEDWHEEL_PROFILE": "production"},
+            {},
+            ("production", "/data/sw", "/data/sw-dagster"),
+        ),
+        # DAGSTER_HOME is respected when set.
+        ({"DAGSTER_HOME": "/dh"}, {}, ("quickstart", ".seedwheel", "/dh")),
+        # A flag beats the environment; None means the flag was not given.
+        ({"SEEDWHEEL_HOME": "/data/sw"}, {"home": "/flag", "profile": None}, ("quickstart", "/flag", "/flag-dagster")),
+    ],
+)
+def test_precedence(environ, overrides, expected):
+    settings = Settings.from_env(environ, **overrides)
+    profile, home, dagster_home = expected
+    assert settings.profile == profile
+    assert settings.home == Path(home).resolve()
+    assert settings.dagster_home == Path(dagster_home).resolve()
+
+
+def test_unknown_profile_names_the_choices():
+    with pytest.raises(ValueError, match="unknown profile 'prod': use one of quickstart, production"):
+        Settings.from_env({"SEEDWHEEL_PROFILE": "prod"})
+
+
+def test_environ_round_trips():
+    settings = Settings.from_env({}, home="/x", profile="production")
+    assert Settings.from_env(settings.environ()) == settings

@@ -1,0 +1,281 @@
+"""Curated seed sets: files under `seeds/<family>/` (JSONL, or YAML for hand-written sets) -> task records.
+
+A seed file may omit what can be derived: `task_id` (the content hash), `lineage` (a seed is its own root),
+`family` (the folder name), `verifier.version` (the latest registered), `difficulty` and `tags`. A `prompt`
+given as a string is one user message. Every problem is reported as `path:line: what (pointer) - fix`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from validators.pointers import json_pointer
+from validators.registry import REGISTRY, UnknownVerifierError, VerifyContext
+from validators.tasks import Problem, compute_task_id, schema_problems, task_problems
+
+SEED_SUFFIXES = (".jsonl", ".yaml", ".yml")
+# Folders under seeds/ that hold other curated data (e.g. the judge's labelled audit set), not seed tasks.
+NON_SEED_DIRS = frozenset({"audit"})
+
+
+@dataclass(frozen=True)
+class SeedProblem:
+    """A problem in a seed file, located to its line."""
+
+    path: str
+    line: int
+    problem: Problem
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class SeedRecord:
+    """One record as read from a seed file, before checks; `lines` maps JSON pointers to line numbers."""
+
+    path: str
+    line: int
+    family: str
+    raw: Any
+    lines: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def origin(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    def line_of(self, pointer: str) -> int:
+        """The line of the deepest known location on `pointer`'s path (the record's first line at worst)."""
+        while pointer and pointer not in self.lines:
+            pointer = pointer.rpartition("/")[0]
+        return self.lines.get(pointer, self.line)
+
+
+@dataclass
+class SeedSet:
+    """The outcome of loading seed files: valid task records (each with its `origin`) and located problems."""
+
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[SeedProblem] = field(default_factory=list)
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def discover_seed_files(paths: Iterable[Path]) -> list[Path]:
+    """Seed files under the given files or folders, sorted (folders are searched recursively).
+
+    Raises:
+        FileNotFoundError: when a given path does not exist.
+    """
+    found: set[Path] = set()
+    for path in paths:
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such seed file or folder")
+        if path.is_file():
+            found.add(path)
+            continue
+        for candidate in path.rglob("*"):
+            relative_dirs = candidate.relative_to(path).parts[:-1]
+            if candidate.suffix in SEED_SUFFIXES and not NON_SEED_DIRS.intersection(relative_dirs):
+                found.add(candidate)
+    return sorted(found)
+
+
+def read_seed_file(path: Path, display: str | None = None) -> tuple[list[SeedRecord], list[SeedProblem]]:
+    """Parse one seed file into located raw records; syntax problems come back located, not raised."""
+    display = display or str(path)
+    family = path.parent.name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        message = f"not UTF-8 text ({exc.reason})"
+        return [], [_problem(display, line, "not_utf8", "/", message, "save the file as UTF-8")]
+    if path.suffix == ".jsonl":
+        return _read_jsonl(text, display, family)
+    if path.suffix in (".yaml", ".yml"):
+        return _read_yaml(text, display, family)
+    return [], [_problem(display, 1, "unknown_format", "/", "not a seed file", "use .jsonl, .yaml or .yml")]
+
+
+def _problem(path: str, line: int, code: str, pointer: str, message: str, fix: str) -> SeedProblem:
+    return SeedProblem(path, line, Problem(code, pointer, message, fix))
+
+
+def _read_jsonl(text: str, display: str, family: str) -> tuple[list[SeedRecord], list[SeedProblem]]:
+    records, problems = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(
+                _problem(
+                    display,
+                    number,
+                    "invalid_json",
+                    "/",
+                    f"invalid JSON: {exc.msg} at column {exc.colno}",
+                    "fix the JSON syntax; a .jsonl file holds one complete JSON object per line",
+                )
+            )
+            continue
+        records.append(SeedRecord(display, number, family, raw))
+    return records, problems
+
+
+def _read_yaml(text: str, display: str, family: str) -> tuple[list[SeedRecord], list[SeedProblem]]:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        message = f"invalid YAML: {exc.problem}"
+        return [], [_problem(display, line, "invalid_yaml", "/", message, "fix the YAML syntax")]
+    if data is None:
+        return [], []
+    if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):
+        message = "a YAML seed file must be a list of records"
+        return [], [_problem(display, 1, "not_a_list", "/", message, "start each record with '- '")]
+    records = [
+        SeedRecord(display, node.start_mark.line + 1, family, raw, dict(_node_lines(node, "")))
+        for node, raw in zip(root.value, data, strict=True)
+    ]
+    return records, []
+
+
+def _node_lines(node: yaml.Node, pointer: str) -> Iterator[tuple[str, int]]:
+    """Every JSON pointer inside a composed YAML node, with its 1-based line."""
+    yield pointer or "/", node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = json_pointer([key.value], prefix=pointer)
+            yield child, key.start_mark.line + 1
+            yield from ((p, n) for p, n in _node_lines(value, child) if p != child)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from _node_lines(item, json_pointer([index], prefix=pointer))
+
+
+def to_task_record(record: SeedRecord) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """Fill a seed's derivable fields. Returns the task record (None when it cannot be built) and problems."""
+    raw = record.raw
+    if not isinstance(raw, Mapping):
+        return None, [Problem("not_an_object", "/", "a seed record must be an object", "write it as a mapping")]
+    task = dict(raw)
+    problems = []
+    task.setdefault("family", record.family)
+    if task["family"] != record.family:
+        problems.append(
+            Problem(
+                "family_mismatch",
+                "/family",
+                f"family '{task['family']}' does not match its folder '{record.family}'",
+                f"move the file to seeds/{task['family']}/ or drop the family field",
+            )
+        )
+    if isinstance(task.get("prompt"), str):
+        task["prompt"] = [{"role": "user", "content": task["prompt"]}]
+    task.setdefault("reference", None)
+    task.setdefault("difficulty", None)
+    task.setdefault("tags", [])
+    verifier = task.get("verifier")
+    if isinstance(verifier, Mapping) and "version" not in verifier and isinstance(verifier.get("name"), str):
+        try:
+            task["verifier"] = {**verifier, "version": REGISTRY.get(verifier["name"]).version}
+        except UnknownVerifierError as exc:
+            fix = "use a registered verifier, or register yours (entry point 'seedwheel.verifiers')"
+            return task, [*problems, Problem("unknown_verifier", "/verifier/name", str(exc), fix)]
+    try:
+        task_id = compute_task_id(task["prompt"], task["verifier"])
+    except (KeyError, TypeError, ValueError):
+        # The prompt or verifier is missing or malformed: report the seed's own fields, not the derived ones.
+        return None, problems + [p for p in schema_problems(task) if p.pointer not in ("/task_id", "/lineage")]
+    if "task_id" in raw and raw["task_id"] != task_id:
+        problems.append(
+            Problem(
+                "task_id_mismatch",
+                "/task_id",
+                f"task_id {raw['task_id']} is not the content hash of prompt + verifier ({task_id})",
+                "remove task_id from the seed file (it is derived)",
+            )
+        )
+    task["task_id"] = task_id
+    lineage = {"seed_id": task_id, "parent_id": None, "generator": None, "source": "seed", "failure_id": None}
+    if "lineage" in raw and raw["lineage"] != lineage:
+        problems.append(
+            Problem(
+                "lineage_mismatch", "/lineage", "a seed's lineage must be its own root", "remove lineage from the seed"
+            )
+        )
+    task["lineage"] = lineage
+    return task, problems
+
+
+def load_seeds(paths: Iterable[Path], *, root: Path | None = None, context: VerifyContext | None = None) -> SeedSet:
+    """Load and check seed files: schema, verifier params, the reference against its own verifier, unique ids.
+
+    Args:
+        paths: seed files or folders (searched recursively).
+        root: paths are shown relative to this folder when under it (e.g. the repository root).
+        context: where verifier fixture paths (SQLite files) resolve; defaults to the seeds folder.
+
+    Returns:
+        A `SeedSet`: valid tasks (with an `origin` column, `path:line`), located problems, and one reject row
+        per invalid record (`origin`, `task_id`, `reason_code`, `reason`, `record`).
+
+    Example:
+        >>> seeds = load_seeds([Path("seeds")])
+        >>> [str(p) for p in seeds.problems]
+        []
+    """
+    seed_set = SeedSet()
+    first_seen: dict[str, str] = {}
+    for path in discover_seed_files(paths):
+        display = _display(path, root)
+        seed_set.files.append(display)
+        records, problems = read_seed_file(path, display)
+        seed_set.problems.extend(problems)
+        seed_set.rejects.extend(_reject_row(p.path, p.line, None, [p.problem], None) for p in problems)
+        for record in records:
+            task, problems = to_task_record(record)
+            if task is not None and not problems:
+                problems = task_problems(task, context, check_wrong_answer=True)
+            previous = first_seen.get(task["task_id"]) if task is not None and not problems else None
+            if previous is not None:
+                message = f"duplicate task_id {task['task_id']}: same prompt and verifier as {previous}"
+                problems = [Problem("duplicate_task_id", "/", message, "remove one of the two records")]
+            if problems:
+                for problem in problems:
+                    line = record.line_of(problem.pointer)
+                    seed_set.problems.append(SeedProblem(record.path, line, problem))
+                task_id = task.get("task_id") if task else None
+                seed_set.rejects.append(_reject_row(record.path, record.line, task_id, problems, record.raw))
+                continue
+            first_seen[task["task_id"]] = record.origin
+            seed_set.tasks.append({**task, "origin": record.origin})
+    return seed_set
+
+
+def _display(path: Path, root: Path | None) -> str:
+    if root is not None and path.resolve().is_relative_to(root.resolve()):
+        return str(path.resolve().relative_to(root.resolve()))
+    return str(path)
+
+
+def _reject_row(path: str, line: int, task_id: str | None, problems: list[Problem], raw: Any) -> dict[str, Any]:
+    return {
+        "origin": f"{path}:{line}",
+        "task_id": task_id,
+        "reason_code": problems[0].code,
+        "reason": "; ".join(map(str, problems)),
+        "record": None if raw is None else json.dumps(raw, ensure_ascii=False, default=str),
+    }

@@ -1,0 +1,213 @@
+"""The task record: one JSON Schema, one content-addressed id, and problems that say how to fix them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+
+from validators.pointers import json_pointer
+from validators.registry import REGISTRY, VerifyContext, spec_problems, verify
+
+TASK_FIELDS = ("task_id", "family", "prompt", "verifier", "reference", "lineage", "difficulty", "tags")
+
+
+@cache
+def task_schema() -> dict[str, Any]:
+    """The task record's JSON Schema (draft 2020-12), as shipped in the package."""
+    text = resources.files("validators").joinpath("schemas/task.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+@cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(task_schema())
+
+
+def canonical_json(value: Any) -> str:
+    """A byte-stable JSON encoding: sorted keys, no insignificant whitespace, UTF-8 kept as is.
+
+    Example:
+        >>> canonical_json({"b": 1, "a": [1.0, "é"]})
+        '{"a":[1.0,"é"],"b":1}'
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def compute_task_id(prompt: list[Mapping[str, Any]], verifier: Mapping[str, Any]) -> str:
+    """Content hash of a task: the prompt messages plus the verifier's name and params.
+
+    The verifier *version* is left out on purpose: a bug fix in a verifier bumps its version, and that must
+    not give every existing task a new identity (which would break dedup history and split lineage).
+
+    Args:
+        prompt: chat messages `[{role, content}]`.
+        verifier: `{name, params, ...}`.
+
+    Returns:
+        16 hex characters of SHA-256; the same on any machine and in any run.
+
+    Example:
+        >>> compute_task_id([{"role": "user", "content": "2+2?"}], {"name": "numeric_answer", "params": {"answer": 4}})
+        '5c4f6470173c47e1'
+    """
+    canonical = canonical_json(
+        {
+            "prompt": [{"role": m["role"], "content": m["content"]} for m in prompt],
+            "verifier": {"name": verifier["name"], "params": verifier.get("params", {})},
+        }
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a task record: a reason code, where (a JSON pointer), what, and how to fix it."""
+
+    code: str
+    pointer: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.pointer}) - {self.fix}"
+
+
+def schema_problems(record: Mapping[str, Any]) -> list[Problem]:
+    """Every schema violation of a task record, sorted by location (empty when the record is valid)."""
+    problems = []
+    for error in _validator().iter_errors(record):
+        path = list(error.absolute_path)
+        if error.validator == "required":  # point at the missing field itself
+            path.append(_missing_field(error))
+        problems.append(Problem("schema_violation", json_pointer(path), _describe(error), _fix_for(error)))
+    return sorted(problems, key=lambda p: (p.pointer, p.message))
+
+
+def _missing_field(error: jsonschema.ValidationError) -> str:
+    return error.message.split("'")[1]
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    if error.validator == "required":
+        return f"missing field '{_missing_field(error)}'"
+    if error.validator == "additionalProperties":
+        return error.message.replace("Additional properties are not allowed", "unknown field(s)")
+    if error.validator == "type":
+        return (
+            f"expected {error.validator_value}, got {type(error.instance).__name__} {json.dumps(error.instance)[:60]}"
+        )
+    return error.message if len(error.message) <= 160 else error.message[:157] + "..."
+
+
+_FIXES = {
+    "required": "add the field",
+    "additionalProperties": "remove the field or check its spelling against the task schema",
+    "type": "change the value to the expected type",
+    "enum": "use one of the allowed values",
+    "pattern": "use lowercase letters, digits and underscores",
+    "minItems": "add at least one item",
+    "minLength": "give a non-empty value",
+    "minimum": "use a larger value",
+    "maximum": "use a smaller value",
+    "uniqueItems": "remove the repeated item",
+}
+
+
+def _fix_for(error: jsonschema.ValidationError) -> str:
+    if error.validator == "pattern" and error.path and error.path[-1] == "task_id":
+        return "remove task_id from the seed file (it is derived) or use the 16-hex-digit content hash"
+    return _FIXES.get(str(error.validator), "see validators/schemas/task.schema.json")
+
+
+def task_problems(
+    record: Mapping[str, Any], context: VerifyContext | None = None, *, check_wrong_answer: bool = False
+) -> list[Problem]:
+    """Everything wrong with a task record, cheapest check first; later checks run only when earlier pass.
+
+    1. the JSON Schema; 2. `task_id` equals the content hash; 3. the verifier is registered and its params
+    validate; 4. the `reference` passes its own verifier; 5. optionally, the verifier's known-wrong answer fails.
+
+    Args:
+        record: a task record (extra label columns are ignored).
+        context: where verifier fixture paths resolve.
+        check_wrong_answer: also require the verifier's `wrong_answer(params)` to fail (catches vacuous verifiers).
+
+    Returns:
+        The problems, empty when the task is valid.
+    """
+    record = {k: record[k] for k in TASK_FIELDS if k in record}
+    problems = schema_problems(record)
+    if problems:
+        return problems
+    expected_id = compute_task_id(record["prompt"], record["verifier"])
+    if record["task_id"] != expected_id:
+        return [
+            Problem(
+                "task_id_mismatch",
+                "/task_id",
+                f"task_id {record['task_id']} is not the content hash of prompt + verifier ({expected_id})",
+                "remove task_id (it is derived) or set it to the content hash",
+            )
+        ]
+    context = context or VerifyContext()
+    spec_issues = [_split_problem(issue) for issue in spec_problems(record["verifier"], context)]
+    if spec_issues:
+        return spec_issues
+    if record["reference"] is not None:
+        verdict = verify(record, record["reference"], context=context)
+        if not verdict.passed:
+            return [
+                Problem(
+                    "reference_failed",
+                    "/reference",
+                    f"reference fails its own verifier ({verdict.reason})",
+                    "correct the reference or the verifier params",
+                )
+            ]
+    if check_wrong_answer:
+        wrong = REGISTRY.get(record["verifier"]["name"], record["verifier"]["version"]).wrong_answer(
+            record["verifier"]["params"]
+        )
+        if wrong is not None and verify(record, wrong, context=context).passed:
+            return [
+                Problem(
+                    "wrong_answer_passed",
+                    "/verifier/params",
+                    f"a known-wrong answer passes the verifier: {wrong[:80]!r}",
+                    "make the verifier params specific enough to reject wrong answers",
+                )
+            ]
+    return []
+
+
+def _split_problem(issue: str) -> Problem:
+    """A registry spec problem, `message (/pointer)`, as a Problem with a reason code."""
+    message, _, pointer = issue.rpartition(" (")
+    pointer = pointer[:-1] if message and pointer.endswith(")") else "/verifier"
+    if pointer == "/verifier/name":
+        return Problem("unknown_verifier", pointer, message, "use a registered verifier or register yours")
+    return Problem("bad_params", pointer, message or issue, "fix the verifier params as the message says")
+
+
+def validate_task(record: Mapping[str, Any], context: VerifyContext | None = None) -> None:
+    """Raise `InvalidTaskError` listing every problem of a record (see `task_problems`)."""
+    problems = task_problems(record, context)
+    if problems:
+        raise InvalidTaskError(record.get("task_id"), problems)
+
+
+class InvalidTaskError(ValueError):
+    """A record that is not a valid task; the message lists each problem with its JSON pointer and fix."""
+
+    def __init__(self, task_id: str | None, problems: list[Problem]):
+        self.task_id = task_id
+        self.problems = problems
+        lines = [f"  {p}" for p in problems]
+        super().__init__(f"task {task_id or '<no id>'} is invalid:\n" + "\n".join(lines))
