@@ -85,5 +85,7 @@ def ui(port: int) -> None:
     settings = Settings.from_env()
     open_instance(settings).dispose()
     target = ["-w", "workspace.yaml"] if Path("workspace.yaml").exists() else ["-m", "pipeline.definitions"]
-    command = ["dagster", "dev", *target, "-h", UI_HOST, "-p", str(port)]
+    # The venv's own dagster, also when the venv is not activated (e.g. `.venv/bin/seedwheel ui`).
+    dagster = Path(sys.executable).with_name("dagster")
+    command = [str(dagster) if dagster.exists() else "dagster", "dev", *target, "-h", UI_HOST, "-p", str(port)]
     os.execvpe(command[0], command, {**os.environ, **settings.environ()})

@@ -60,6 +60,7 @@ def materialize(settings: Settings, select: str | None = None) -> RunSummary:
         raise ValueError(f"--select {select!r} matches no asset; try e.g. 'seed_tasks+' or 'group:seeds'")
     with open_instance(settings) as instance:
         result = job.execute_in_process(
+            run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
             instance=instance,
             asset_selection=keys,
             raise_on_error=False,

@@ -155,10 +155,7 @@ def test_derived_fields_are_filled(tmp_path):
         # YAML syntax errors carry the parser's line.
         (
             {"arithmetic/a.yaml": "- prompt: ok\n  verifier: {name: numeric_answer\n  reference: x\n"},
-            [
-                "seeds/arithmetic/a.yaml:3: invalid YAML: expected ',' or '}', but got ':' (/)"
-                " - fix the YAML syntax"
-            ],
+            ["seeds/arithmetic/a.yaml:3: invalid YAML: expected ',' or '}', but got ':' (/) - fix the YAML syntax"],
         ),
         # A YAML document that is not a list.
         (

@@ -1,0 +1,236 @@
+"""numeric_answer: the final number of free text, the way real models write it."""
+
+import json
+import time
+
+import pytest
+
+from tests.paths import GSM8K
+from validators.registry import REGISTRY, Completion, VerifyContext, spec_problems, verify
+
+VERIFIER = REGISTRY.get("numeric_answer")
+CONTEXT = VerifyContext()
+
+
+def judge(answer, text, **params):
+    return VERIFIER.check({"answer": answer, **params}, Completion(text), CONTEXT)
+
+
+@pytest.mark.parametrize(
+    ("answer", "text"),
+    [
+        # GSM8K's own marker.
+        (42, "6 * 7 = 42\n#### 42"),
+        # LaTeX box, the math-model convention.
+        (42, "So the result is $\\boxed{42}$."),
+        # Dollar sign, thousands separator, trailing period.
+        (1234.5, "The answer is $1,234.50."),
+        # Markdown bold marker and a trailing unit.
+        (18, "**Answer:** 18 dollars"),
+        # "Final Answer" with the colon outside the bold.
+        (18, "**Final Answer**: 18"),
+        # No marker: the last number, followed by a unit.
+        (540, "He sprints 3*3 = 9 times, so he runs 9*60 = 540 meters"),
+        # A fraction as the final answer.
+        ("3/4", "Each gets 3/4"),
+        # A fraction compares by value with its decimal form.
+        (0.75, "#### 3/4"),
+        # A mixed number.
+        (1.5, "She needs 1 1/2 cups"),
+        # LaTeX fractions inside a box.
+        ("3/4", "\\boxed{\\frac{3}{4}}"),
+        # A percentage answers the percent number ...
+        (25, "The discount is 25%"),
+        # ... and its fraction.
+        (0.25, "The discount is 25%."),
+        # "percent" spelled out.
+        (25, "That is 25 percent"),
+        # A negative answer, ASCII minus.
+        (-5, "The temperature drops to -5"),
+        # A negative answer, Unicode minus as typeset.
+        (-5, "#### \u22125"),
+        # A negative dollar amount.
+        (-5, "The balance is -$5"),
+        # A decimal.
+        (2.5, "#### 2.5"),
+        # Scientific notation.
+        (0.001, "The rate is 1e-3"),
+        # A boxed equation: its right-hand side is the answer.
+        (5, "\\boxed{x = 5}"),
+        # LaTeX thousands spacing.
+        (1234, "\\boxed{1{,}234}"),
+        # \text units inside the box.
+        (18, "\\boxed{18 \\text{ dollars}}"),
+        # Integer answer given as a float string.
+        ("18.0", "#### 18"),
+        # The answer string may use thousands separators.
+        ("70,000", "#### 70000"),
+        # The last marker wins: a corrected answer after a first try.
+        (18, "The answer is 16. Wait, I forgot the muffins.\nThe answer is 18."),
+        # A marker beats a later number in prose (the check of the work after it).
+        (18, "#### 18\nCheck: 9 * 2 = 18, and 16 - 3 - 4 = 9"),
+        # A numbered markdown heading is a step, not an answer marker.
+        (7, "#### 2. Add them\n3 + 4 = 7"),
+        # "answer:" followed by words is not a marker; the last number stands.
+        (12, "Let me find the answer: first, 16 - 4 = 12"),
+        # Within the default tolerance.
+        (0.1, "#### 0.1000000001"),
+        # A rounded decimal of a fraction, within the default tolerance.
+        ("1/3", "#### 0.3333333"),
+        # rel_tol doubles as absolute tolerance near zero.
+        (0, "#### 0.0000001"),
+        # A date is not a number, so the answer before it stands.
+        (12, "#### 12 (computed 3/4/2024)"),
+    ],
+)
+def test_accepts(answer, text):
+    verdict = judge(answer, text)
+    assert verdict.passed, verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("answer", "text", "reason"),
+    [
+        # The right number early in the reasoning does not save a wrong final one.
+        (18, "9 * 2 = 18, minus 2 for the bus is 16.\n#### 16", "answer_mismatch: expected 18, got 16"),
+        # Without a marker the last number is judged, not an earlier correct one.
+        (18, "First 18, then after tax 16", "answer_mismatch: expected 18, got 16"),
+        # A quoted "#### 18" is still a marker, but a later marker wins.
+        (18, 'The format is "#### 18"-style. The answer is 19.', "answer_mismatch: expected 18, got 19"),
+        # Hedging with two markers: only the last counts.
+        (18, "#### 18\n#### 16", "answer_mismatch: expected 18, got 16"),
+        # Listing candidates after one marker: only the first number after it counts.
+        (18, "#### 16 or 18", "answer_mismatch: expected 18, got 16"),
+        # No number at all.
+        (18, "I do not know.", "no_answer"),
+        # Empty completion.
+        (18, "", "no_answer"),
+        # A marker without a number and no number elsewhere.
+        (18, "The answer is unclear.", "no_answer"),
+        # Outside the tolerance.
+        (18, "#### 18.01", "answer_mismatch: expected 18, got 18.01"),
+        # A tight tolerance rejects a rounded answer.
+        ("1/3", "#### 0.33", "answer_mismatch: expected 1/3, got 0.33"),
+        # Integers compare exactly: an off-by-one in a large count is not rounding.
+        (1450000, "#### 1,450,001", "answer_mismatch: expected 1450000, got 1,450,001"),
+        # Sign matters.
+        (5, "#### -5", "answer_mismatch: expected 5, got -5"),
+        # Thousands separators are not decimal points.
+        (1.234, "#### 1,234", "answer_mismatch: expected 1.234, got 1,234"),
+        # A percentage that matches neither n nor n/100.
+        (0.5, "It is 5%", "answer_mismatch: expected 0.5, got 5%"),
+        # A date alone is not a number.
+        (3, "Due 3/4/2024.", "no_answer"),
+    ],
+)
+def test_rejects(answer, text, reason):
+    verdict = judge(answer, text)
+    assert not verdict.passed
+    assert verdict.reason == reason
+    assert verdict.score == 0.0
+
+
+def test_wider_tolerance_accepts_rounding():
+    # A task can opt into a looser comparison for answers that are naturally rounded.
+    assert judge("1/3", "#### 0.33", rel_tol=0.02).passed
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        # Words are not a number; the message says how to write one.
+        ({"answer": "twelve"}, "is not a single number"),
+        # A percentage is ambiguous as a gold answer.
+        ({"answer": "25%"}, "is not a single number"),
+        # Two numbers in one answer.
+        ({"answer": "3 or 4"}, "is not a single number"),
+        # A negative tolerance is meaningless.
+        ({"answer": 3, "rel_tol": -1}, "less than the minimum"),
+        # Unknown params are typos.
+        ({"answer": 3, "tolerance": 0.1}, "Additional properties"),
+        # The answer is required.
+        ({}, "'answer' is a required property"),
+        # Booleans are not numbers.
+        ({"answer": True}, "is not of type"),
+    ],
+)
+def test_params_problems(params, problem):
+    problems = spec_problems({"name": "numeric_answer", "params": params})
+    assert any(problem in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        # An integer.
+        {"answer": 18},
+        # A fraction string.
+        {"answer": "3/4"},
+        # A tolerance wide enough to swallow +1 must still get a wrong answer outside it.
+        {"answer": 2.5, "rel_tol": 0.5},
+        # Zero.
+        {"answer": 0},
+    ],
+)
+def test_wrong_answer_fails(params):
+    wrong = VERIFIER.wrong_answer(params)
+    assert wrong is not None
+    assert not VERIFIER.check(params, Completion(wrong), CONTEXT).passed
+
+
+def test_verify_entry_point_uses_registry():
+    # The registry's public entry point reaches this verifier by name.
+    assert verify({"verifier": {"name": "numeric_answer", "params": {"answer": 4}}}, "2+2 = 4. #### 4").passed
+
+
+def _gsm8k_rows():
+    path = GSM8K / "test.jsonl"
+    if not path.exists():
+        pytest.skip(f"GSM8K test split not found at {path} (shared data is not checked out here)")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [(row["answer"], row["answer"].rsplit("####", 1)[1].strip()) for row in rows]
+
+
+def test_gsm8k_references_pass_and_altered_ones_fail():
+    rows = _gsm8k_rows()
+    assert len(rows) > 1000
+    failures = []
+    for text, answer in rows:
+        params = {"answer": answer}
+        wrong = str(int(answer.replace(",", "")) + 1)
+        before, _, _ = text.rpartition("####")
+        cases = [
+            # The reference as written must pass.
+            (text, True),
+            # A second, later marker with another number overrides the first.
+            (f"{text}\n#### {wrong}", False),
+            # Replacing the final number must fail even though the reasoning shows the right one.
+            (f"{before}#### {wrong}", False),
+            # The verifier's own wrong answer must fail.
+            (VERIFIER.wrong_answer(params), False),
+        ]
+        for completion, should_pass in cases:
+            verdict = VERIFIER.check(params, Completion(completion), CONTEXT)
+            if verdict.passed is not should_pass:
+                failures.append((answer, completion[-60:], verdict.reason))
+    assert failures == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Nested box openers that never close.
+        "\\boxed{" * 50_000,
+        # A number too long to convert (Python caps int digits): no answer, not an exception.
+        "1" * 200_000,
+        # Many markers without numbers.
+        "#### " * 50_000,
+        # Marker phrases followed by long whitespace.
+        ("answer" + " " * 10_000) * 20,
+    ],
+)
+def test_adversarial_inputs_fail_fast(text):
+    # A reward function sees whatever a policy emits; extraction must stay linear and never raise.
+    start = time.perf_counter()
+    assert not judge(18, text).passed
+    assert time.perf_counter() - start < 2.0

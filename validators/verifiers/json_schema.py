@@ -1,0 +1,106 @@
+"""`json_schema`: the completion's JSON validates against a schema and, optionally, has expected field values.
+
+Where the JSON comes from (last fenced block, bare document, or first balanced object) is defined once in
+`validators.extract`; how expected values compare (nested object of leaves, numbers numerically, strings
+exactly) in `validators.compare`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import jsonschema
+from jsonschema.exceptions import best_match
+
+from validators.compare import altered, field_mismatches, leaf_count
+from validators.extract import extract_json
+from validators.pointers import json_pointer
+from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
+
+
+def schema_violation(schema: Mapping[str, Any], value: Any) -> str | None:
+    """The most relevant way `value` breaks `schema`, as `<pointer>: <message>`, or None when it validates.
+
+    Example:
+        >>> schema_violation({"type": "object", "required": ["total"]}, {})
+        "/: 'total' is a required property"
+    """
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    error = best_match(validator.iter_errors(value))
+    if error is None:
+        return None
+    message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
+    return f"{json_pointer(error.absolute_path)}: {message}"
+
+
+@register
+class JsonSchema(Verifier):
+    """The completion's JSON validates against `schema`, and every field in `expected` has the expected value.
+
+    `expected` is a nested object whose leaves are compared (see `validators.compare`): `{"total": 12.5,
+    "customer": {"name": "Ann"}}` checks `/total` and `/customer/name`. With `partial_credit`, a schema-valid
+    answer scores the fraction of expected fields it gets right; it still passes only when all match.
+
+    Example:
+        >>> params = {"schema": {"type": "object"}, "expected": {"total": 12.5}}
+        >>> JsonSchema().check(params, Completion('{"total": 12}'), VerifyContext()).reason
+        'field_mismatch: /total expected 12.5, got 12'
+    """
+
+    name = "json_schema"
+    version = 1
+    params_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "required": ["schema"],
+        "additionalProperties": False,
+        "properties": {
+            "schema": {"description": "JSON Schema (draft 2020-12) the answer must satisfy.", "type": "object"},
+            "expected": {
+                "description": "Nested object of expected field values; each leaf is one field.",
+                "type": "object",
+                "minProperties": 1,
+            },
+            "partial_credit": {
+                "description": "Score the fraction of expected fields matched (pass still needs all).",
+                "type": "boolean",
+                "default": False,
+            },
+        },
+    }
+
+    def params_problems(self, params: Mapping[str, Any], context: VerifyContext) -> list[str]:
+        problems = super().params_problems(params, context)
+        if isinstance(params.get("schema"), Mapping):
+            try:
+                jsonschema.Draft202012Validator.check_schema(params["schema"])
+            except jsonschema.SchemaError as exc:
+                where = json_pointer(exc.absolute_path, prefix="/verifier/params/schema")
+                problems.append(f"schema is not a valid JSON Schema: {exc.message} ({where})")
+        return problems
+
+    def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
+        found = extract_json(completion.text)
+        if not found.ok:
+            code, _, detail = found.error.partition(": ")
+            return Verdict.fail(code, detail)
+        violation = schema_violation(params["schema"], found.value)
+        if violation is not None:
+            return Verdict.fail("schema_violation", violation)
+        expected = params.get("expected")
+        if not expected:
+            return Verdict.ok()
+        mismatches = field_mismatches(expected, found.value)
+        if not mismatches:
+            return Verdict.ok()
+        total = leaf_count(expected)
+        score = (total - len(mismatches)) / total if params.get("partial_credit", False) else 0.0
+        more = f" (+{len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
+        return Verdict.fail("field_mismatch", mismatches[0].describe() + more, score=score)
+
+    def wrong_answer(self, params: Mapping[str, Any]) -> str | None:
+        expected = params.get("expected")
+        if not expected:
+            return None  # without expected values, nothing schema-valid is known to be wrong
+        return "```json\n" + json.dumps(altered(expected), ensure_ascii=False) + "\n```"

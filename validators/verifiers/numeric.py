@@ -1,0 +1,263 @@
+"""`numeric_answer`: the final number in a free-text answer equals the expected one (GSM8K-style tasks).
+
+How the final answer is found, in order:
+
+1. Explicit markers: `#### 42`, `\\boxed{42}` (`\\fbox`), and "answer is 42" / "Answer: 42" / "**Final Answer:** 42".
+   A marker counts only when a number follows it directly (formatting such as `**`, `:`, `$`, `\\(` may sit
+   between), so "Let me find the answer: first, 16 - 3 = 13" is not a marker. When several markers occur, the
+   LAST one wins, whatever its kind: models restate and correct themselves, and the last statement is the
+   answer. A marker inside a quotation still counts (we cannot tell quoting from answering reliably).
+2. No marker: the last number in the text.
+
+Numbers may carry a sign, a `$`, thousands separators (`1,234.50`), a fraction (`3/4`, `1 1/2`, `\\frac{3}{4}`),
+an exponent (`1e-3`), a trailing `%` or "percent" and trailing units ("18 dollars"). A percentage matches when
+either its number or its number / 100 matches (`25%` answers both 25 and 0.25). `rel_tol` absorbs rounding of
+decimals and fractions; two integers compare exactly (an off-by-one in a large count is wrong, not rounding).
+Only one number is judged, so a completion cannot hedge by listing candidates: with a marker, extra numbers
+elsewhere are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, ClassVar
+
+from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
+
+DEFAULT_REL_TOL = 1e-6
+
+_NUMBER = re.compile(
+    r"""
+    (?<![\w./])                                    # not the tail of a word, a decimal or a date
+    (?P<neg>[-\u2212](?=\s?\$?\s?[\d.]))?           # a minus sign (ASCII or Unicode) right before the number
+    \$?\s?
+    (?:
+        (?P<whole>\d+)[ ](?P<mnum>\d+)/(?P<mden>\d+)  # mixed fraction: 1 1/2
+      | (?P<num>\d+)/(?P<den>\d+)                     # fraction: 3/4
+      | (?P<dec>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE](?P<exp>[-+]?\d+))?
+    )
+    (?![\d/])                                       # a longer number or a date is not this number
+    (?P<pct>\s?(?:%|percent\b))?
+    """,
+    re.VERBOSE | re.ASCII | re.IGNORECASE,
+)
+
+# What may sit between a marker and its number: spaces, markdown bold, colons, `=`, `$` and LaTeX math openers.
+_FILLER = re.compile(r"(?:\s|\*|:|=|\$|`|\\\(|\\\[)*")
+_HASH_MARKER = re.compile(r"####")
+_PHRASE_MARKER = re.compile(r"\banswer\b(?:\s*\*\*)?\s*(?:is\b|:|=)", re.IGNORECASE)
+# The box's content may hold one level of braces (`\text{...}`); the regex is linear per match attempt, so
+# `\boxed{\boxed{...` spam cannot make extraction quadratic.
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+# A markdown heading like "#### 2. Compute the total" numbers a step; it is not an answer.
+_STEP_NUMBER = re.compile(r"[.)]\s+[A-Za-z]")
+
+_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*(-?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}")
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\s*\{([^{}]*)\}")
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\[,!]\s?)(?=\d{3})")
+
+
+@dataclass(frozen=True)
+class _Number:
+    """A number found in text: its exact value, the raw text, and whether it was written as a percentage."""
+
+    value: Fraction
+    raw: str
+    percent: bool
+
+    def candidates(self) -> tuple[Fraction, ...]:
+        return (self.value, self.value / 100) if self.percent else (self.value,)
+
+
+def _normalize_latex(text: str) -> str:
+    """Rewrite the LaTeX that models use around numbers into plain text, keeping everything else."""
+    text = _LATEX_FRAC.sub(r"\1/\2", text)
+    text = _LATEX_TEXT.sub(r"\1", text)
+    text = _LATEX_THOUSANDS.sub(",", text)
+    return text.replace("\\%", "%").replace("\\$", "$").replace("\\!", "")
+
+
+def _number_from_match(match: re.Match[str]) -> _Number | None:
+    try:
+        if match["whole"] is not None:
+            value = Fraction(int(match["whole"])) + Fraction(int(match["mnum"]), int(match["mden"]))
+        elif match["num"] is not None:
+            value = Fraction(int(match["num"]), int(match["den"]))
+        else:
+            value = Fraction(match["dec"].replace(",", ""))
+            if match["exp"] is not None:
+                value *= Fraction(10) ** int(match["exp"])
+    except (ZeroDivisionError, ValueError, OverflowError):
+        return None  # "3/0" or an absurd exponent is not an answer
+    if match["neg"]:
+        value = -value
+    raw = " ".join(match.group(0).replace("$", "").split())
+    return _Number(value=value, raw=raw, percent=match["pct"] is not None)
+
+
+def _numbers(text: str) -> list[_Number]:
+    return [n for m in _NUMBER.finditer(text) if (n := _number_from_match(m)) is not None]
+
+
+def _number_right_after(text: str, pos: int, *, reject_step: bool = False) -> _Number | None:
+    pos = _FILLER.match(text, pos).end()
+    match = _NUMBER.match(text, pos)
+    if match is None or (reject_step and _STEP_NUMBER.match(text, match.end())):
+        return None
+    return _number_from_match(match)
+
+
+def _boxed_number(content: str) -> _Number | None:
+    # `\boxed{x = 5}` boxes an equation; the answer is its right-hand side.
+    found = _numbers(content.rsplit("=", 1)[-1])
+    return found[0] if found else None
+
+
+def find_final_answer(text: str) -> tuple[Fraction, ...] | None:
+    """The value(s) the completion gives as its final answer, by the rules in the module docstring.
+
+    Args:
+        text: the completion text.
+
+    Returns:
+        The candidate values (two for a percentage: n and n/100), or None when no number is found.
+
+    Example:
+        >>> find_final_answer("16 - 3 - 4 = 9 eggs, 9 * 2 = 18.\\n#### 18")
+        (Fraction(18, 1),)
+    """
+    number = _final_number(_normalize_latex(text))
+    return None if number is None else number.candidates()
+
+
+def _final_number(text: str) -> _Number | None:
+    marked: list[tuple[int, _Number]] = []
+    for m in _HASH_MARKER.finditer(text):
+        if (n := _number_right_after(text, m.end(), reject_step=True)) is not None:
+            marked.append((m.start(), n))
+    for m in _PHRASE_MARKER.finditer(text):
+        if (n := _number_right_after(text, m.end())) is not None:
+            marked.append((m.start(), n))
+    for m in _BOXED.finditer(text):
+        if (n := _boxed_number(m.group(1))) is not None:
+            marked.append((m.start(), n))
+    if marked:
+        return max(marked, key=lambda pair: pair[0])[1]
+    found = _numbers(text)
+    return found[-1] if found else None
+
+
+class NumberFormatError(ValueError):
+    """A task's expected answer is not a single number."""
+
+
+def parse_number(value: int | float | str) -> Fraction:
+    """The exact value of an expected answer given as a JSON number or a numeric string.
+
+    Args:
+        value: `18`, `0.75`, `"1,234.50"`, `"-3/4"`, `"1 1/2"`, `"1e-3"`.
+
+    Returns:
+        The value as a Fraction (floats through their shortest repr, so 0.1 is exactly 1/10).
+
+    Raises:
+        NumberFormatError: a string that is not exactly one number (percentages included: say 25 or 0.25).
+
+    Example:
+        >>> parse_number("1 1/2")
+        Fraction(3, 2)
+    """
+    if isinstance(value, bool):
+        raise NumberFormatError(f"answer {value!r} is a boolean, not a number")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NumberFormatError(f"answer {value!r} is not finite")
+        return Fraction(repr(value))
+    text = _normalize_latex(value).strip()
+    match = _NUMBER.fullmatch(text)
+    number = _number_from_match(match) if match else None
+    if number is None or number.percent:
+        raise NumberFormatError(
+            f"answer {value!r} is not a single number; write it like 18, -2.5, 1,234.50, 3/4 or 1 1/2"
+            " (percentages as 25 or 0.25)"
+        )
+    return number.value
+
+
+def _close(got: Fraction, expected: Fraction, rel_tol: float) -> bool:
+    if got == expected:
+        return True
+    if got.denominator == 1 and expected.denominator == 1:
+        # Tolerance is for rounded decimals and fractions; between integers, 1,450,001 is not 1,450,000.
+        return False
+    # rel_tol doubles as an absolute tolerance so answers near 0 are not held to an impossible relative bound.
+    return math.isclose(float(got), float(expected), rel_tol=rel_tol, abs_tol=rel_tol)
+
+
+def _display(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else repr(float(value))
+
+
+@register
+class NumericAnswer(Verifier):
+    """The completion's final number equals `answer` within `rel_tol` (relative, and absolute near 0).
+
+    Example:
+        >>> NumericAnswer().check({"answer": 18}, Completion("So she makes $18.\\n#### 18"), VerifyContext()).passed
+        True
+    """
+
+    name = "numeric_answer"
+    version = 1
+    params_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "required": ["answer"],
+        "additionalProperties": False,
+        "properties": {
+            "answer": {
+                "description": "The expected number, or a numeric string such as '1,234.50', '3/4' or '1 1/2'.",
+                "type": ["number", "string"],
+                "minLength": 1,
+            },
+            "rel_tol": {
+                "description": "Relative tolerance, also used as an absolute tolerance near 0.",
+                "type": "number",
+                "minimum": 0,
+                "default": DEFAULT_REL_TOL,
+            },
+        },
+    }
+
+    def params_problems(self, params: Mapping[str, Any], context: VerifyContext) -> list[str]:
+        problems = super().params_problems(params, context)
+        if not problems:
+            try:
+                parse_number(params["answer"])
+            except NumberFormatError as exc:
+                problems.append(f"{exc} (/verifier/params/answer)")
+        return problems
+
+    def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
+        expected = parse_number(params["answer"])
+        rel_tol = float(params.get("rel_tol", DEFAULT_REL_TOL))
+        number = _final_number(_normalize_latex(completion.text))
+        if number is None:
+            return Verdict.fail("no_answer")
+        if any(_close(candidate, expected, rel_tol) for candidate in number.candidates()):
+            return Verdict.ok()
+        return Verdict.fail("answer_mismatch", f"expected {params['answer']}, got {number.raw}")
+
+    def wrong_answer(self, params: Mapping[str, Any]) -> str | None:
+        expected = parse_number(params["answer"])
+        rel_tol = float(params.get("rel_tol", DEFAULT_REL_TOL))
+        offset = Fraction(1)
+        # A generous tolerance can swallow +1; widen until the wrong answer is surely outside it.
+        while _close(expected + offset, expected, rel_tol):
+            offset *= 10
+        return f"#### {_display(expected + offset)}"
