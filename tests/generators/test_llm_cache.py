@@ -1,0 +1,131 @@
+"""The LLM cache: what the key covers, storage round trips, batch lookups, two processes at once."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from generators.llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, cache_key, request_payload
+from tests.paths import REPO
+
+BASE = {"base_url": "http://127.0.0.1:8000/v1", "model": "tiny"}
+MESSAGES = [{"role": "system", "content": "Rewrite the task."}, {"role": "user", "content": "2+2?"}]
+
+
+def key_of(config_changes: dict | None = None, **request_changes) -> str:
+    config = EndpointConfig(**{**BASE, **(config_changes or {})})
+    request = ChatRequest(**{"messages": MESSAGES, "template_version": "rewrite-v1", **request_changes})
+    return cache_key(config, request)
+
+
+def test_key_is_stable_across_versions_of_the_code():
+    # A golden value: if this changes, every existing cache is silently invalidated. Bump KEY_FORMAT instead.
+    assert key_of() == "06dfd10e78a32aa2d0d8fc4961a774b31a3cd259577f6e9fdd1d06a6260bc187"
+
+
+@pytest.mark.parametrize(
+    ("config_changes", "request_changes", "same"),
+    [
+        # A local server gets a new port every run: still the same endpoint.
+        ({"base_url": "http://127.0.0.1:9123/v1"}, {}, True),
+        # localhost is the same machine as 127.0.0.1.
+        ({"base_url": "http://localhost:8000/v1/"}, {}, True),
+        # Transport settings and where the key lives do not change answers.
+        ({"timeout_s": 5, "max_retries": 0, "max_concurrency": 64, "api_key_env": "OTHER", "max_calls": 3}, {}, True),
+        # Explicit defaults equal to the config's are the same request.
+        ({}, {"params": {"temperature": 0.0, "max_tokens": 512}}, True),
+        # Another (remote) endpoint may serve another build of the model.
+        ({"base_url": "https://llm.example.com/v1"}, {}, False),
+        # Another model.
+        ({"model": "tiny-2"}, {}, False),
+        # Another prompt template version.
+        ({}, {"template_version": "rewrite-v2"}, False),
+        # Other generation params, from the config or from the request.
+        ({"temperature": 0.7}, {}, False),
+        ({}, {"params": {"max_tokens": 64}}, False),
+        ({"seed": 1}, {}, False),
+        # Another message.
+        ({}, {"messages": [*MESSAGES[:1], {"role": "user", "content": "2+3?"}]}, False),
+        # A structured-output schema changes what is asked.
+        ({}, {"response_format": {"type": "object"}}, False),
+        # Another sample of the same prompt.
+        ({}, {"sample": 1}, False),
+    ],
+)
+def test_what_the_key_covers(config_changes, request_changes, same):
+    assert (key_of(config_changes, **request_changes) == key_of()) is same
+
+
+def test_two_remote_urls_can_share_a_cache_by_name():
+    shared = {"cache_endpoint": "vllm-qwen-7b"}
+    a = key_of({"base_url": "https://a.example.com/v1", **shared})
+    b = key_of({"base_url": "https://b.example.com/v1", **shared})
+    assert a == b
+
+
+def test_the_payload_is_readable_and_holds_no_secrets():
+    config = EndpointConfig(**BASE, api_key_env="MY_KEY", seed=3)
+    payload = request_payload(config, ChatRequest(MESSAGES, template_version="rewrite-v1", sample=2))
+    assert payload["endpoint"] == "http://loopback/v1"
+    assert payload["params"] == {"max_tokens": 512, "seed": 5, "temperature": 0.0}  # seed + sample
+    assert "MY_KEY" not in str(payload)
+
+
+def test_round_trip_and_first_answer_wins(tmp_path):
+    with LLMCache(tmp_path / "cache") as cache:
+        cache.put("k1", CachedResponse("first", 3, 4, "stop", '{"raw": 1}'), request={"messages": []})
+        cache.put("k1", CachedResponse("second"), request={})
+        assert cache.get("k1") == CachedResponse("first", 3, 4, "stop", '{"raw": 1}')
+        assert cache.get("missing") is None
+        assert len(cache) == 1
+    # It is on disk: a new instance sees it.
+    with LLMCache(tmp_path / "cache") as reopened:
+        assert reopened.get("k1").text == "first"
+    assert (tmp_path / "cache" / "llm_cache.sqlite3").exists()
+
+
+def test_an_object_store_url_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="local folder"):
+        LLMCache("s3://bucket/llm_cache")
+
+
+def test_batch_lookups_are_fast(tmp_path):
+    n = 20_000
+    with LLMCache(tmp_path / "cache") as cache:
+        cache.put_many((f"key{i:06d}", CachedResponse(f"answer {i}"), {}) for i in range(n))
+        wanted = [f"key{i:06d}" for i in range(0, 2 * n, 2)]  # half present, half missing
+        started = time.perf_counter()
+        found = cache.get_many(wanted)
+        elapsed = time.perf_counter() - started
+    assert len(found) == n // 2
+    assert found["key000010"].text == "answer 10"
+    assert elapsed < 2.0, f"{n} lookups took {elapsed:.2f} s"
+
+
+WRITER = """
+import sys
+from generators.llm.cache import CachedResponse, LLMCache
+cache = LLMCache(sys.argv[1])
+start = int(sys.argv[2])
+for i in range(start, start + 300):
+    cache.put(f"key{i}", CachedResponse(f"answer {i}"), request={"i": i})
+"""
+
+
+def test_two_processes_can_write_at_once(tmp_path: Path):
+    folder = tmp_path / "shared_cache"
+    LLMCache(folder).close()  # create the schema first, as the pipeline does before fanning out
+    # Overlapping ranges: both processes insert keys 200..299, one wins each, none fails or duplicates.
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(folder), str(start)], cwd=REPO, stderr=subprocess.PIPE)
+        for start in (0, 200)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+    with LLMCache(folder) as cache:
+        assert len(cache) == 500
+        found = cache.get_many(f"key{i}" for i in range(500))
+        assert all(found[f"key{i}"].text == f"answer {i}" for i in range(500))
