@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -74,6 +75,33 @@ def seeds_validate(paths: tuple[Path, ...]) -> None:
     )
     if seed_set.problems:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("tasks", type=click.Path(exists=True, path_type=Path))
+@click.argument("completions", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Verdicts file; default stdout.")
+def verify(tasks: Path, completions: Path, output: Path | None) -> None:
+    """Score saved completions with their tasks' verifiers: one JSONL verdict per row, then a summary.
+
+    TASKS is a JSONL of task records, a Parquet table from the pipeline, or seed files (a folder or a .yaml).
+    COMPLETIONS is a JSONL of {"task_id", "completion"} rows.
+    """
+    from validators.audit import AuditInputError, audit, format_summary
+    from validators.registry import VerifyContext
+    from validators.tables import write_jsonl
+
+    settings = Settings.from_env()
+    try:
+        report = audit(tasks, completions, context=VerifyContext(seeds_dir=settings.seeds_dir))
+    except AuditInputError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if output is None:
+        for row in report.rows:
+            click.echo(json.dumps(row, ensure_ascii=False))
+    else:
+        write_jsonl(report.rows, output)
+    click.echo(format_summary(report.summary), err=True)
 
 
 @main.command()

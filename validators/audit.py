@@ -1,10 +1,11 @@
 """Offline reward audit: judge saved completions with their tasks' verifiers and say how they fared.
 
-This is the function behind `seedwheel verify TASKS.jsonl COMPLETIONS.jsonl`: before training on a reward, run
+This is the function behind `seedwheel verify TASKS COMPLETIONS.jsonl`: before training on a reward, run
 it over real model outputs and read the reasons (a reward that fails good answers or passes bad ones shows up
 here as a surprising reason count). Inputs are JSON Lines:
 
-- tasks: task records, at least `{"task_id": ..., "verifier": {"name": ..., "params": {...}}}`;
+- tasks: task records, at least `{"task_id": ..., "verifier": {"name": ..., "params": {...}}}` (or a Parquet
+  table of them, or seed files, which the seed loader turns into task records);
 - completions: `{"task_id": ..., "completion": "<text>" | {message} | [messages]}`, any number per task.
 
 Input mistakes raise `AuditInputError` naming the file, the line and the fix. A verifier that raises on one
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from validators.registry import VerifyContext, spec_problems, verify
+from validators.seeds import load_seeds
+from validators.tables import read_table, records_from_frame
 
 logger = logging.getLogger(__name__)
 
@@ -113,22 +116,30 @@ def load_tasks(path: str | Path, *, context: VerifyContext | None = None) -> dic
     """Task records by task_id, each verifier spec checked (name registered, params valid).
 
     Args:
-        path: a JSON Lines file of task records.
+        path: a JSON Lines file of task records, a Parquet table the pipeline wrote (e.g. `seed_tasks.parquet`),
+            or seed files: a folder of them, or one `.yaml` file (loaded and checked by the seed loader).
         context: where fixture paths resolve while checking params.
 
     Returns:
         task_id -> task record.
 
     Raises:
-        AuditInputError: bad JSON, a missing `task_id`/`verifier`, a repeated task_id, or a bad verifier spec.
+        AuditInputError: bad JSON, a missing `task_id`/`verifier`, a repeated task_id, a bad verifier spec, or
+            a seed file with problems.
 
     Example:
-        >>> tasks = load_tasks("tasks.jsonl")  # doctest: +SKIP
+        >>> tasks = load_tasks("seeds")  # doctest: +SKIP
     """
     path = Path(path)
+    if path.is_dir() or path.suffix in (".yaml", ".yml"):
+        return _load_seed_tasks(path, context)
+    if path.suffix == ".parquet":
+        records = enumerate(records_from_frame(read_table(path)), start=1)
+    else:
+        records = _read_jsonl(path, "tasks")
     tasks: dict[str, dict[str, Any]] = {}
     first_line: dict[str, int] = {}
-    for line, record in _read_jsonl(path, "tasks"):
+    for line, record in records:
         task_id = _require(record, "task_id", path, line, "each task record needs its task_id")
         spec = _require(record, "verifier", path, line, "each task record needs a verifier {name, params}")
         if not isinstance(spec, dict) or "name" not in spec:
@@ -145,6 +156,22 @@ def load_tasks(path: str | Path, *, context: VerifyContext | None = None) -> dic
         tasks[task_id] = record
         first_line[task_id] = line
     return tasks
+
+
+def _load_seed_tasks(path: Path, context: VerifyContext | None) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        raise AuditInputError(path, None, "no such tasks file or seeds folder", "check the path")
+    seeds_dir = path if path.is_dir() else path.parent.parent
+    seed_set = load_seeds([path], context=context or VerifyContext(seeds_dir=seeds_dir))
+    if seed_set.problems:
+        first = seed_set.problems[0]
+        raise AuditInputError(
+            Path(first.path),
+            first.line,
+            f"{first.problem} ({len(seed_set.problems)} problems in all)",
+            "run `seedwheel seeds validate` and fix the seeds first",
+        )
+    return {task["task_id"]: task for task in seed_set.tasks}
 
 
 def audit(

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 import pyarrow as pa
@@ -70,22 +71,36 @@ def from_arrow(table: pa.Table) -> pd.DataFrame:
     return frame
 
 
-def write_table(frame: pd.DataFrame, path: Path) -> None:
-    """Write a DataFrame as Parquet atomically: a temporary file in the same folder, then a rename.
+@contextmanager
+def atomic_write(path: Path, mode: str = "wb") -> Iterator[IO[Any]]:
+    """Open a temporary file beside `path`; on success it replaces `path` in one rename.
 
     A run killed mid-write leaves the previous file (or none), never a truncated one.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            pq.write_table(to_arrow(frame), handle)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def write_table(frame: pd.DataFrame, path: Path) -> None:
+    """Write a DataFrame as Parquet atomically (see `atomic_write`)."""
+    with atomic_write(path) as handle:
+        pq.write_table(to_arrow(frame), handle)
+
+
+def write_jsonl(records: Iterable[Mapping[str, Any]], path: Path) -> None:
+    """Write records as JSON Lines atomically (see `atomic_write`)."""
+    with atomic_write(path, "w") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def read_table(path: Path) -> pd.DataFrame:

@@ -76,3 +76,33 @@ def test_help(args):
 
 def test_workspace_points_at_the_definitions():
     assert "pipeline.definitions" in (REPO / "workspace.yaml").read_text()
+
+
+def test_verify_scores_the_example_completions_against_the_bundled_seeds(tmp_path):
+    out = tmp_path / "verdicts.jsonl"
+    examples = REPO / "examples" / "completions.jsonl"
+    result = CliRunner().invoke(main, ["verify", str(SEEDS), str(examples), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    verdicts = [json.loads(line) for line in out.read_text().splitlines()]
+    notes = [json.loads(line)["note"] for line in examples.read_text().splitlines()]
+    assert len(verdicts) == len(notes)
+    for verdict, note in zip(verdicts, notes, strict=True):
+        # References pass; every hostile or wrong example fails, with a reason code.
+        assert verdict["passed"] is (note in PASSING_NOTES), (note, verdict)
+    assert "verifier" in result.stderr and "pass rate" in result.stderr
+
+
+PASSING_NOTES = {
+    "the reference answer",
+    "free-form answer with a marker",
+    "fenced JSON with prose around it",
+    "an OpenAI-style tool_calls message",
+}
+
+
+def test_verify_names_the_line_of_a_bad_completion(tmp_path):
+    completions = tmp_path / "c.jsonl"
+    completions.write_text('{"task_id": "0000000000000000", "completion": "x"}\n')
+    result = CliRunner().invoke(main, ["verify", str(SEEDS), str(completions)])
+    assert result.exit_code == 2
+    assert f"{completions}:1: task_id 0000000000000000 is not in {SEEDS}" in result.output
