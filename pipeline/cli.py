@@ -61,6 +61,7 @@ def seeds_validate(paths: tuple[Path, ...]) -> None:
     from validators.seeds import load_seeds
 
     settings = Settings.from_env()
+    settings.register_verifier_plugins()
     try:
         seed_set = load_seeds(
             paths or [settings.seeds_dir], root=Path.cwd(), context=VerifyContext(seeds_dir=settings.seeds_dir)
@@ -92,6 +93,7 @@ def verify(tasks: Path, completions: Path, output: Path | None) -> None:
     from validators.tables import write_jsonl
 
     settings = Settings.from_env()
+    settings.register_verifier_plugins()
     try:
         report = audit(tasks, completions, context=VerifyContext(seeds_dir=settings.seeds_dir))
     except AuditInputError as exc:

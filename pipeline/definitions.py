@@ -15,7 +15,8 @@ flywheel_job = dg.define_asset_job(
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
-    """Definitions wired to `settings` (storage root, seeds folder, profile)."""
+    """Definitions wired to `settings` (storage root, seeds folder, profile, user verifiers)."""
+    settings.register_verifier_plugins()  # also in each step process, which re-imports this code location
     return dg.Definitions(
         assets=dg.load_assets_from_modules([seeds]),
         asset_checks=dg.load_asset_checks_from_modules([seeds]),

@@ -21,16 +21,18 @@ class Settings:
         home: the storage root; assets land at `<home>/<asset>.parquet`.
         seeds_dir: the curated seed sets (`seeds/<family>/...`).
         dagster_home: the persistent Dagster instance that records runs (beside the storage root by default).
+        verifier_plugins: user verifiers to register, as `package.module:ClassName` dotted paths.
     """
 
     profile: Profile
     home: Path
     seeds_dir: Path
     dagster_home: Path
+    verifier_plugins: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: str | Path | None) -> Settings:
-        """Settings from `SEEDWHEEL_PROFILE`, `SEEDWHEEL_HOME`, `SEEDWHEEL_SEEDS`, `DAGSTER_HOME`.
+        """Settings from the environment (`SEEDWHEEL_*`, `DAGSTER_HOME`; see the README's Configuration).
 
         Keyword overrides (e.g. from CLI flags) win over the environment; `None` means "not given".
         """
@@ -44,7 +46,8 @@ class Settings:
         dagster_home = Path(
             given.get("dagster_home") or environ.get("DAGSTER_HOME") or home.with_name(f"{home.name}-dagster")
         ).resolve()
-        return cls(profile=profile, home=home, seeds_dir=seeds_dir, dagster_home=dagster_home)  # type: ignore[arg-type]
+        plugins = tuple(p.strip() for p in environ.get("SEEDWHEEL_VERIFIERS", "").split(",") if p.strip())
+        return cls(profile, home, seeds_dir, dagster_home, plugins)  # type: ignore[arg-type]
 
     def environ(self) -> dict[str, str]:
         """The environment variables that make a child process (the UI, a step worker) see these settings."""
@@ -53,4 +56,12 @@ class Settings:
             "SEEDWHEEL_HOME": str(self.home),
             "SEEDWHEEL_SEEDS": str(self.seeds_dir),
             "DAGSTER_HOME": str(self.dagster_home),
+            "SEEDWHEEL_VERIFIERS": ",".join(self.verifier_plugins),
         }
+
+    def register_verifier_plugins(self) -> None:
+        """Register the user verifiers named in `verifier_plugins` (idempotent)."""
+        from validators.registry import load_verifier
+
+        for dotted_path in self.verifier_plugins:
+            load_verifier(dotted_path)

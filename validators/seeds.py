@@ -1,7 +1,8 @@
 """Curated seed sets: files under `seeds/<family>/` (JSONL, or YAML for hand-written sets) -> task records.
 
 A seed file may omit what can be derived: `task_id` (the content hash), `lineage` (a seed is its own root),
-`family` (the folder name), `verifier.version` (the latest registered), `difficulty` and `tags`. A `prompt`
+`family` (the folder name), `verifier.version` (the latest registered), `verifier.params` (`{}`), `difficulty`
+and `tags`. A `prompt`
 given as a string is one user message. Every problem is reported as `path:line: what (pointer) - fix`.
 """
 
@@ -188,6 +189,8 @@ def to_task_record(record: SeedRecord) -> tuple[dict[str, Any] | None, list[Prob
     task.setdefault("difficulty", None)
     task.setdefault("tags", [])
     verifier = task.get("verifier")
+    if isinstance(verifier, Mapping) and "params" not in verifier:
+        task["verifier"] = verifier = {**verifier, "params": {}}
     if isinstance(verifier, Mapping) and "version" not in verifier and isinstance(verifier.get("name"), str):
         try:
             task["verifier"] = {**verifier, "version": REGISTRY.get(verifier["name"]).version}

@@ -106,3 +106,23 @@ def test_verify_names_the_line_of_a_bad_completion(tmp_path):
     result = CliRunner().invoke(main, ["verify", str(SEEDS), str(completions)])
     assert result.exit_code == 2
     assert f"{completions}:1: task_id 0000000000000000 is not in {SEEDS}" in result.output
+
+
+def test_user_verifier_from_config_judges_seeds(tmp_path, monkeypatch):
+    # A team's own verifier, registered by dotted path in SEEDWHEEL_VERIFIERS, without editing the package.
+    (tmp_path / "team_verifiers.py").write_text(
+        "from validators import Verdict, Verifier\n"
+        "class Shout(Verifier):\n"
+        "    name = 'shout'\n"
+        "    params_schema = {'type': 'object', 'additionalProperties': False}\n"
+        "    def check(self, params, completion, context):\n"
+        "        return Verdict.ok() if completion.text.isupper() else Verdict.fail('not_shouting')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("SEEDWHEEL_VERIFIERS", "team_verifiers:Shout")
+    folder = tmp_path / "seeds" / "shouting"
+    folder.mkdir(parents=True)
+    (folder / "a.jsonl").write_text(json.dumps({"prompt": "Say hi", "verifier": {"name": "shout"}, "reference": "HI"}))
+    result = CliRunner().invoke(main, ["seeds", "validate", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert "1 valid seeds, 0 problems" in result.stderr

@@ -1,0 +1,120 @@
+"""What every generator shares: the interface, how a variant's record and lineage are derived, and rejects.
+
+A generator turns one parent task (a seed, or later a production failure) into variants. It is deterministic
+for a given parent and `random_seed`, and every variant records where it came from:
+`lineage = {seed_id: <root seed>, parent_id: <parent task_id>, generator: {name, version, params},
+source: "generated", failure_id: <inherited>}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from validators.tasks import canonical_json, compute_task_id
+
+
+@dataclass
+class GenerationResult:
+    """Variants made from one or more parents, and the attempts that were rejected (with a reason code)."""
+
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+
+    def extend(self, other: GenerationResult) -> None:
+        self.tasks.extend(other.tasks)
+        self.rejects.extend(other.rejects)
+
+
+class Generator(ABC):
+    """Makes variants of a parent task.
+
+    Subclasses set `name`, `version` (bump it when a change alters its output) and `families` (the task
+    families it understands), and implement `generate`.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[int] = 1
+    families: ClassVar[frozenset[str]]
+
+    @abstractmethod
+    def generate(self, parent: Mapping[str, Any], *, n: int, random_seed: int) -> GenerationResult:
+        """Up to `n` variants of `parent`; attempts that fail a sanity check go to `rejects`, never raise."""
+
+    def rng(self, parent: Mapping[str, Any], random_seed: int) -> random.Random:
+        """A random stream private to (generator, parent, random_seed): adding a seed never shifts another's."""
+        material = f"{self.name}:{self.version}:{parent['task_id']}:{random_seed}".encode()
+        return random.Random(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"))
+
+    def spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The `lineage.generator` entry for a variant made with `params`."""
+        return {"name": self.name, "version": self.version, "params": dict(params)}
+
+    def reject(self, parent: Mapping[str, Any], code: str, detail: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A reject row: which parent, which generator and params, and why (`code: detail`)."""
+        return {
+            "parent_id": parent["task_id"],
+            "seed_id": parent["lineage"]["seed_id"],
+            "family": parent["family"],
+            "generator": self.name,
+            "reason_code": code,
+            "reason": f"{code}: {detail}" if detail else code,
+            "params": canonical_json(dict(params)),
+        }
+
+
+def derive_task(
+    parent: Mapping[str, Any],
+    *,
+    prompt: list[dict[str, str]],
+    verifier_params: Mapping[str, Any],
+    reference: str | None,
+    generator: Mapping[str, Any],
+    difficulty: int | None = None,
+    tags: list[str] | None = None,
+) -> dict[str, Any]:
+    """A variant's task record: the parent's family and verifier with new prompt, params and reference.
+
+    Args:
+        parent: the task the variant is made from.
+        prompt: the variant's chat messages.
+        verifier_params: the variant's gold data for the parent's verifier.
+        reference: the variant's known-good completion (recomputed, not guessed), or None.
+        generator: `{name, version, params}` of the generator that made it.
+        difficulty: defaults to the parent's.
+        tags: defaults to the parent's.
+
+    Returns:
+        A task record with a fresh content-hash `task_id` and lineage pointing at the parent and its root seed.
+
+    Example:
+        >>> seed = {"task_id": "a" * 16, "family": "arithmetic", "difficulty": 1, "tags": [],
+        ...         "verifier": {"name": "numeric_answer", "version": 1, "params": {"answer": 4}},
+        ...         "lineage": {"seed_id": "a" * 16, "failure_id": None}}
+        >>> variant = derive_task(seed, prompt=[{"role": "user", "content": "3+3?"}], verifier_params={"answer": 6},
+        ...                       reference="#### 6", generator={"name": "g", "version": 1, "params": {}})
+        >>> variant["lineage"]["parent_id"] == seed["task_id"], variant["lineage"]["source"]
+        (True, 'generated')
+    """
+    verifier = {**parent["verifier"], "params": dict(verifier_params)}
+    task_id = compute_task_id(prompt, verifier)
+    return {
+        "task_id": task_id,
+        "family": parent["family"],
+        "prompt": prompt,
+        "verifier": verifier,
+        "reference": reference,
+        "lineage": {
+            "seed_id": parent["lineage"]["seed_id"],
+            "parent_id": parent["task_id"],
+            "generator": dict(generator),
+            "source": "generated",
+            "failure_id": parent["lineage"].get("failure_id"),
+        },
+        "difficulty": parent.get("difficulty") if difficulty is None else difficulty,
+        "tags": list(parent.get("tags") or []) if tags is None else tags,
+    }
