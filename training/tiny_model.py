@@ -370,3 +370,37 @@ def _train_tokenizer(spec: TinyModelSpec, texts: list[str]) -> PreTrainedTokeniz
         model_max_length=spec.max_position_embeddings,
         chat_template=qwen2_5_chat_template,
     )
+
+
+def seed_texts(seeds_dir: str | os.PathLike[str]) -> list[str]:
+    """The prompt messages and references of every seed file under `seeds_dir` (parsed, not checked)."""
+    from validators.seeds import discover_seed_files, read_seed_file
+
+    texts: list[str] = []
+    for path in discover_seed_files([Path(seeds_dir)]):
+        records, _ = read_seed_file(path)
+        for record in records:
+            raw = record.raw if isinstance(record.raw, dict) else {}
+            prompt = raw.get("prompt")
+            messages = [{"content": prompt}] if isinstance(prompt, str) else prompt or []
+            texts += [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+            if isinstance(raw.get("reference"), str):
+                texts.append(raw["reference"])
+    return texts
+
+
+def build_quickstart_model(models_dir: str | os.PathLike[str], seeds_dir: str | os.PathLike[str]) -> Path:
+    """The quickstart's policy: a tiny model whose tokenizer is trained on the seed texts.
+
+    The folder name carries a hash of the texts, so editing the seeds builds a new model (under a new name)
+    instead of silently changing the one that cached LLM answers were recorded for.
+
+    Example:
+        >>> build_quickstart_model(".seedwheel/models", "seeds")  # doctest: +SKIP
+        PosixPath('.seedwheel/models/tiny-policy-3f2a9c1b')
+    """
+    texts = seed_texts(seeds_dir)
+    if not texts:
+        raise TinyModelError(f"no seed texts under {seeds_dir}: the tiny model's tokenizer needs some text")
+    digest = hashlib.sha256("\n\0".join(sorted(texts)).encode("utf-8")).hexdigest()[:8]
+    return build_tiny_model(Path(models_dir) / f"tiny-policy-{digest}", texts)

@@ -313,7 +313,8 @@ def test_response_format_seed_and_sample_are_sent(server, cache):
     schema = {"title": "Judge verdict", "type": "object", "properties": {"score": {"type": "integer"}}}
     client = make_client(server, cache, seed=7)
     client.complete_many_sync([ask("judge", response_format=schema), ask("judge", sample=2, params={"top_p": 0.9})])
-    first, second = server.requests
+    # The two requests run concurrently: tell them apart by seed (7 + sample), not by arrival order.
+    first, second = sorted(server.requests, key=lambda body: body["seed"])
     assert first["response_format"] == {
         "type": "json_schema",
         "json_schema": {"name": "Judge_verdict", "schema": schema},
