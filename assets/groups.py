@@ -1,3 +1,4 @@
 """Asset group names: one group per stage of the flywheel."""
 
 SEEDS = "seeds"
+GENERATION = "generation"

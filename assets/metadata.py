@@ -37,3 +37,12 @@ def preview(frame: pd.DataFrame, columns: Sequence[str], rows: int = PREVIEW_ROW
     """The first rows of a table, selected columns, as Markdown."""
     present = [c for c in columns if c in frame.columns]
     return dg.MetadataValue.md(markdown_table(frame[present].head(rows).to_dict(orient="records"), present))
+
+
+TASK_PREVIEW_COLUMNS = ("task_id", "family", "prompt_text")
+
+
+def task_preview(tasks: pd.DataFrame, columns: Sequence[str] = TASK_PREVIEW_COLUMNS) -> dg.MetadataValue:
+    """A preview of task records; `prompt_text` is the last user message, the part a reviewer wants to see."""
+    texts = [next((m["content"] for m in reversed(p) if m["role"] == "user"), "") for p in tasks["prompt"]]
+    return preview(tasks.assign(prompt_text=texts), columns)

@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import count_table, preview
+from assets.metadata import count_table, preview, task_preview
 from pipeline.resources import SeedRepository
 from validators.tables import frame_from_records
 from validators.tasks import TASK_FIELDS
@@ -37,7 +37,7 @@ def seed_tasks(context: dg.AssetExecutionContext, seeds: SeedRepository):
             "files": len(seed_set.files),
             "families": count_table(tasks["family"], "family"),
             "verifiers": count_table((v["name"] for v in tasks["verifier"]), "verifier"),
-            "preview": preview(_with_prompt_text(tasks), ("task_id", "family", "prompt_text", "origin")),
+            "preview": task_preview(tasks, ("task_id", "family", "prompt_text", "origin")),
         },
     )
     yield dg.Output(
@@ -49,12 +49,6 @@ def seed_tasks(context: dg.AssetExecutionContext, seeds: SeedRepository):
             "preview": preview(rejects, ("origin", "reason")),
         },
     )
-
-
-def _with_prompt_text(tasks: pd.DataFrame) -> pd.DataFrame:
-    """Add the last user message as a column, the part of a prompt a reviewer wants to see."""
-    texts = [next((m["content"] for m in reversed(p) if m["role"] == "user"), "") for p in tasks["prompt"]]
-    return tasks.assign(prompt_text=texts)
 
 
 @dg.asset_check(asset="seed_rejects", description="Warns when any seed record failed its checks.")

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import dagster as dg
+from pydantic import Field, PrivateAttr
 
+from generators.llm import EndpointConfig, LLMCache, LLMClient
+from generators.rewrite import REWRITE_KINDS
+from training.serving import ModelServer
+from training.tiny_model import build_quickstart_model
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
 
@@ -28,3 +35,95 @@ class SeedRepository(dg.ConfigurableResource):
         if not self.folder.is_dir():
             raise FileNotFoundError(f"seeds folder {self.folder} does not exist: set SEEDWHEEL_SEEDS or `path`")
         return load_seeds([self.folder], root=self.folder.parent, context=self.verify_context())
+
+
+class LLMEndpoint(dg.ConfigurableResource):
+    """An OpenAI-compatible endpoint (OpenAI, vLLM, `transformers serve`) for generation and judging.
+
+    With `base_url` empty, a local server is started on loopback the first time a step asks for a client, and
+    stopped when the step ends (also on failure): `transformers serve` on CPU or `vllm serve` on GPU, serving
+    `model` (a local directory or a model id), or, when `model` is empty too, a tiny random model built from
+    the seed texts (the quickstart: offline, no weights to download). Every call is cached on disk under
+    `cache_dir`, so a rerun makes only the calls whose inputs changed.
+    """
+
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    max_concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries: int = 4
+    max_calls: int | None = None
+    temperature: float = 0.7
+    max_tokens: int = 256
+    local_backend: str = "transformers"
+    cache_dir: str
+    work_dir: str
+    seeds_path: str
+
+    _stack: ExitStack | None = PrivateAttr(default=None)
+    _server: ModelServer | None = PrivateAttr(default=None)
+
+    @contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[LLMEndpoint]:
+        with ExitStack() as stack:
+            self._stack = stack
+            try:
+                yield self
+            finally:
+                self._stack = None
+                self._server = None
+
+    def client(self) -> LLMClient:
+        """A client for this endpoint; starts the local server first when there is no `base_url`."""
+        base_url, model = self.base_url, self.model
+        if not base_url:
+            server = self._local_server()
+            base_url, model = server.base_url, server.model
+        config = EndpointConfig(
+            base_url=base_url,
+            model=model,
+            api_key_env=self.api_key_env,
+            max_concurrency=self.max_concurrency,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            max_calls=self.max_calls,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        )
+        return LLMClient(config, LLMCache(self.cache_dir))
+
+    def _local_server(self) -> ModelServer:
+        if self._server is not None:
+            return self._server
+        if self._stack is None:
+            raise RuntimeError("LLMEndpoint.client() is only available while a step runs")
+        model = self.model or str(build_quickstart_model(Path(self.work_dir) / "models", Path(self.seeds_path)))
+        server = ModelServer(model, log_dir=Path(self.work_dir) / "logs", backend=self.local_backend)  # type: ignore[arg-type]
+        self._server = self._stack.enter_context(server)
+        return server
+
+
+class VariantPlan(dg.ConfigurableResource):
+    """How many variants to make of each seed, and with which generators (the profile sets the defaults)."""
+
+    per_seed: int = 3
+    random_seed: int = 0
+    families: list[str] | None = None
+    rewrite_kinds: list[str] = Field(default_factory=lambda: ["paraphrase"])
+    rewrites_per_kind: int = 1
+
+    def check(self, known_families: set[str]) -> None:
+        """Fail before any work or LLM call when the plan cannot work, with the fix in the message."""
+        if self.per_seed < 0 or self.rewrites_per_kind < 0:
+            raise ValueError(
+                f"per_seed ({self.per_seed}) and rewrites_per_kind ({self.rewrites_per_kind}) must be >= 0"
+            )
+        if self.per_seed == 0 and (self.rewrites_per_kind == 0 or not self.rewrite_kinds):
+            raise ValueError("the variant plan makes no variants: set per_seed or rewrites_per_kind above 0")
+        unknown = sorted(set(self.families or ()) - known_families)
+        if unknown:
+            raise ValueError(f"unknown families {unknown} in the variant plan; seeds have {sorted(known_families)}")
+        unknown_kinds = sorted(set(self.rewrite_kinds) - set(REWRITE_KINDS))
+        if unknown_kinds:
+            raise ValueError(f"unknown rewrite kinds {unknown_kinds}; use {', '.join(REWRITE_KINDS)}")

@@ -28,6 +28,7 @@ class MaterializedAsset:
     key: str
     rows: int | None
     path: Path
+    metadata: dict[str, object] = field(default_factory=dict)  # the materialization's metadata, as plain values
 
 
 @dataclass
@@ -70,8 +71,9 @@ def materialize(settings: Settings, select: str | None = None) -> RunSummary:
     for event in result.get_asset_materialization_events():
         materialization = event.materialization
         key = materialization.asset_key.to_user_string()
-        rows = materialization.metadata.get("dagster/row_count")
-        summary.assets.append(MaterializedAsset(key, rows.value if rows else None, settings.home / f"{key}.parquet"))
+        metadata = {name: value.value for name, value in materialization.metadata.items()}
+        rows = metadata.get("dagster/row_count")
+        summary.assets.append(MaterializedAsset(key, rows, settings.home / f"{key}.parquet", metadata))  # type: ignore[arg-type]
     for evaluation in result.get_asset_check_evaluations():
         severity = evaluation.severity.value if not evaluation.passed else "passed"
         summary.checks.append((evaluation.check_name, evaluation.passed, severity))

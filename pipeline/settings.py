@@ -10,6 +10,8 @@ from typing import Literal, get_args
 
 Profile = Literal["quickstart", "production"]
 PROFILES: tuple[str, ...] = get_args(Profile)
+# Served by `vllm serve` on a GPU machine when no endpoint URL is configured in production.
+DEFAULT_PRODUCTION_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,9 @@ class Settings:
         seeds_dir: the curated seed sets (`seeds/<family>/...`).
         dagster_home: the persistent Dagster instance that records runs (beside the storage root by default).
         verifier_plugins: user verifiers to register, as `package.module:ClassName` dotted paths.
+        llm_base_url: an OpenAI-compatible endpoint for generation and judging; empty starts a local server.
+        llm_model: the endpoint's model (or the local server's model dir or id); empty in the quickstart means
+            the tiny model built from the seeds.
     """
 
     profile: Profile
@@ -29,6 +34,8 @@ class Settings:
     seeds_dir: Path
     dagster_home: Path
     verifier_plugins: tuple[str, ...] = ()
+    llm_base_url: str = ""
+    llm_model: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: str | Path | None) -> Settings:
@@ -47,7 +54,9 @@ class Settings:
             given.get("dagster_home") or environ.get("DAGSTER_HOME") or home.with_name(f"{home.name}-dagster")
         ).resolve()
         plugins = tuple(p.strip() for p in environ.get("SEEDWHEEL_VERIFIERS", "").split(",") if p.strip())
-        return cls(profile, home, seeds_dir, dagster_home, plugins)  # type: ignore[arg-type]
+        llm_base_url = environ.get("SEEDWHEEL_LLM_BASE_URL", "")
+        llm_model = environ.get("SEEDWHEEL_LLM_MODEL", "" if profile == "quickstart" else DEFAULT_PRODUCTION_MODEL)
+        return cls(profile, home, seeds_dir, dagster_home, plugins, llm_base_url, llm_model)  # type: ignore[arg-type]
 
     def environ(self) -> dict[str, str]:
         """The environment variables that make a child process (the UI, a step worker) see these settings."""
@@ -57,6 +66,8 @@ class Settings:
             "SEEDWHEEL_SEEDS": str(self.seeds_dir),
             "DAGSTER_HOME": str(self.dagster_home),
             "SEEDWHEEL_VERIFIERS": ",".join(self.verifier_plugins),
+            "SEEDWHEEL_LLM_BASE_URL": self.llm_base_url,
+            "SEEDWHEEL_LLM_MODEL": self.llm_model,
         }
 
     def register_verifier_plugins(self) -> None:

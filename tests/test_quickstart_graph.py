@@ -1,31 +1,92 @@
-"""Integration: the whole asset graph materialized on the example seeds into a temp dir, read back from Parquet."""
+"""Integration: the whole asset graph on the example seeds, offline, with a real `transformers serve` on loopback.
 
-from pipeline.runs import materialize
+One materialization is shared by the module's tests (it takes about a minute on 2 cores); the rerun test
+then checks that the caches make a second run free of LLM calls.
+"""
+
+import pytest
+
+from pipeline.runs import RunSummary, materialize
+from pipeline.settings import Settings
+from tests.paths import SEEDS
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
-from validators.tables import read_table
+from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
 
+FAMILIES = {"arithmetic", "json_extraction", "sql", "python_function", "tool_call"}
+ASSETS = {"seed_tasks", "seed_rejects", "task_variants", "variant_rejects"}
 
-def test_materialize_the_graph_and_read_the_parquet_back(settings):
-    summary = materialize(settings)
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory) -> tuple[Settings, RunSummary]:
+    tmp = tmp_path_factory.mktemp("quickstart")
+    settings = Settings.from_env({}, home=tmp / "home", seeds_dir=SEEDS, dagster_home=tmp / "dagster")
+    return settings, materialize(settings)
+
+
+def asset(summary: RunSummary, key: str):
+    return next(a for a in summary.assets if a.key == key)
+
+
+def test_the_run_succeeds_and_writes_every_asset(quickstart):
+    settings, summary = quickstart
     assert summary.success, summary.failures
-    assert {a.key for a in summary.assets} == {"seed_tasks", "seed_rejects"}
+    assert {a.key for a in summary.assets} == ASSETS
     assert ("seed_files_clean", True, "passed") in summary.checks
+    for materialized in summary.assets:
+        assert materialized.path == settings.home / f"{materialized.key}.parquet"
+        assert len(read_table(materialized.path)) == materialized.rows
 
+
+def test_seed_tasks_round_trip_as_valid_records(quickstart):
+    settings, _ = quickstart
     tasks = read_table(settings.home / "seed_tasks.parquet")
     expected = load_seeds([settings.seeds_dir], root=settings.seeds_dir.parent)
     assert tasks["task_id"].tolist() == [t["task_id"] for t in expected.tasks]
-    # Every stored row is still a valid task record: nested fields survived the round trip.
     context = VerifyContext(seeds_dir=settings.seeds_dir)
-    for row in tasks.to_dict(orient="records"):
+    for row in records_from_frame(tasks):
         assert task_problems({k: row[k] for k in TASK_FIELDS}, context) == [], row["origin"]
     assert read_table(settings.home / "seed_rejects.parquet").empty
 
 
-def test_rerun_overwrites_atomically(settings):
-    assert materialize(settings).success
-    first = read_table(settings.home / "seed_tasks.parquet")
-    assert materialize(settings, "seed_tasks").success
-    assert read_table(settings.home / "seed_tasks.parquet").equals(first)
+def test_variants_cover_every_family_and_trace_to_real_seeds(quickstart):
+    settings, _ = quickstart
+    seeds = read_table(settings.home / "seed_tasks.parquet")
+    variants = records_from_frame(read_table(settings.home / "task_variants.parquet"))
+    assert {v["family"] for v in variants if v["lineage"]["generator"]["name"] != "llm_rewrite"} == FAMILIES
+    seed_ids = set(seeds["task_id"])
+    for variant in variants:
+        assert variant["lineage"]["seed_id"] in seed_ids
+        assert variant["lineage"]["parent_id"] in seed_ids
+        assert variant["task_id"] not in seed_ids
+    assert len({v["task_id"] for v in variants}) == len(variants)
+    context = VerifyContext(seeds_dir=settings.seeds_dir)
+    for variant in variants:
+        assert task_problems(variant, context) == [], variant["lineage"]
+
+
+def test_garbage_from_the_tiny_model_lands_in_rejects_with_its_raw_text(quickstart):
+    settings, summary = quickstart
+    seeds = asset(summary, "seed_tasks").rows
+    assert asset(summary, "task_variants").metadata["llm_calls_made"] == seeds  # one paraphrase per seed
+    rejects = read_table(settings.home / "variant_rejects.parquet")
+    llm = rejects[rejects["generator"] == "llm_rewrite"]
+    variants = read_table(settings.home / "task_variants.parquet")
+    rewrites = [v for v in variants["lineage"] if v["generator"]["name"] == "llm_rewrite"]
+    assert len(llm) + len(rewrites) == seeds  # every call is accounted for: a variant or a reject
+    assert set(llm["reason_code"]) <= {"parse_error", "empty_rewrite", "unchanged", "too_long", "lost_content"}
+    assert llm["raw"].notna().any()
+
+
+def test_rerun_makes_no_llm_calls_and_keeps_ids_stable(quickstart):
+    settings, summary = quickstart
+    before = read_table(settings.home / "task_variants.parquet")
+    rerun = materialize(settings, "task_variants")
+    assert rerun.success, rerun.failures
+    metadata = asset(rerun, "task_variants").metadata
+    assert (metadata["llm_calls_made"], metadata["llm_calls_cached"]) == (0, asset(summary, "seed_tasks").rows)
+    assert read_table(settings.home / "task_variants.parquet")["task_id"].tolist() == before["task_id"].tolist()
     assert not [p for p in settings.home.iterdir() if p.name.startswith(".")]  # no temp files left

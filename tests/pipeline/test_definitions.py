@@ -10,7 +10,7 @@ from pipeline.definitions import build_definitions, defs
 from pipeline.runs import open_instance
 from tests.paths import REPO
 
-ASSETS = {"seed_tasks", "seed_rejects"}
+ASSETS = {"seed_tasks", "seed_rejects", "task_variants", "variant_rejects"}
 CHECKS = {("seed_rejects", "seed_files_clean")}
 JOBS = {"flywheel_job"}
 

@@ -1,0 +1,96 @@
+"""Generation assets: seeds multiplied into variants, programmatic (gold recomputed) and LLM rewrites."""
+
+import time
+
+import dagster as dg
+import pandas as pd
+
+from assets import groups
+from assets.metadata import count_table, preview, task_preview
+from generators.base import GenerationResult
+from generators.programmatic import generate_variants
+from generators.rewrite import rewrite_tasks
+from pipeline.resources import LLMEndpoint, VariantPlan
+from validators.tables import frame_from_records, records_from_frame
+from validators.tasks import TASK_FIELDS
+
+REJECT_COLUMNS = ("parent_id", "seed_id", "family", "generator", "reason_code", "reason", "params", "raw")
+PROGRESS_STEPS = 10
+
+
+@dg.multi_asset(
+    group_name=groups.GENERATION,
+    outs={
+        "task_variants": dg.AssetOut(description="Variants of the seeds, each with lineage to its seed."),
+        "variant_rejects": dg.AssetOut(description="Generation attempts that failed a check, with the reason."),
+    },
+)
+def task_variants(context: dg.AssetExecutionContext, seed_tasks: pd.DataFrame, plan: VariantPlan, llm: LLMEndpoint):
+    """Make variants of every seed with the planned generators."""
+    plan.check(set(seed_tasks["family"]))
+    parents = records_from_frame(seed_tasks[list(TASK_FIELDS)])
+    if plan.families:
+        parents = [p for p in parents if p["family"] in plan.families]
+
+    result = GenerationResult()
+    if plan.per_seed:
+        result.extend(generate_variants(parents, per_seed=plan.per_seed, random_seed=plan.random_seed))
+    llm_stats: dict[str, float] = {}
+    if plan.rewrite_kinds and plan.rewrites_per_kind:
+        client = llm.client()
+        started = time.monotonic()
+        result.extend(
+            rewrite_tasks(
+                parents,
+                kinds=plan.rewrite_kinds,
+                per_kind=plan.rewrites_per_kind,
+                client=client,
+                random_seed=plan.random_seed,
+                progress=_progress_logger(context),
+            )
+        )
+        llm_stats = {**client.stats.as_dict(), "llm_seconds": round(time.monotonic() - started, 2)}
+
+    variants = frame_from_records(result.tasks, columns=TASK_FIELDS)
+    rejects = frame_from_records(result.rejects, columns=REJECT_COLUMNS)
+    generators = [t["lineage"]["generator"]["name"] for t in result.tasks]
+    attempts = len(variants) + len(rejects)
+    yield dg.Output(
+        variants,
+        output_name="task_variants",
+        metadata={
+            "rows": len(variants),
+            "rejected": len(rejects),
+            "accept_rate": dg.MetadataValue.float(len(variants) / attempts if attempts else 1.0),
+            "parents": len(parents),
+            "families": count_table(variants["family"], "family"),
+            "generators": count_table(generators, "generator"),
+            "llm_calls_made": int(llm_stats.get("calls", 0)),
+            "llm_calls_cached": int(llm_stats.get("hits", 0)),
+            "llm": dg.MetadataValue.json(llm_stats),
+            "preview": task_preview(variants),
+        },
+    )
+    yield dg.Output(
+        rejects,
+        output_name="variant_rejects",
+        metadata={
+            "rows": len(rejects),
+            "reasons": count_table(rejects["reason_code"], "reason_code"),
+            "by_generator": count_table(rejects["generator"], "generator"),
+            "preview": preview(rejects, ("generator", "family", "reason", "raw")),
+        },
+    )
+
+
+def _progress_logger(context: dg.AssetExecutionContext):
+    """Log LLM progress about every tenth of the batch, so the run page shows it moving."""
+    last = [-1]
+
+    def progress(done: int, total: int) -> None:
+        step = done * PROGRESS_STEPS // max(total, 1)
+        if step != last[0] or done == total:
+            last[0] = step
+            context.log.info(f"LLM rewrites: {done}/{total}")
+
+    return progress
