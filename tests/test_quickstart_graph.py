@@ -4,6 +4,8 @@ One materialization is shared by the module's tests (it takes about a minute on 
 then checks that the caches make a second run free of LLM calls.
 """
 
+from pathlib import Path
+
 import pytest
 
 from pipeline.runs import RunSummary, materialize
@@ -90,3 +92,17 @@ def test_rerun_makes_no_llm_calls_and_keeps_ids_stable(quickstart):
     assert (metadata["llm_calls_made"], metadata["llm_calls_cached"]) == (0, asset(summary, "seed_tasks").rows)
     assert read_table(settings.home / "task_variants.parquet")["task_id"].tolist() == before["task_id"].tolist()
     assert not [p for p in settings.home.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_the_local_model_server_is_stopped_after_the_run(quickstart):
+    settings, _ = quickstart
+    served = str(settings.home / "local_model")
+    leftovers = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process ended while we looked
+            continue
+        if any(served.encode() in a for a in args) and b"serve" in args:
+            leftovers.append(cmdline.parent.name)
+    assert leftovers == []

@@ -1,0 +1,30 @@
+"""Resources check their config before any work or LLM call, with the fix in the message."""
+
+import pytest
+
+from pipeline.resources import VariantPlan
+
+FAMILIES = {"arithmetic", "sql"}
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        # A family no seed has: probably a typo.
+        (VariantPlan(families=["arithmetc"]), r"unknown families \['arithmetc'\] in the variant plan; seeds have"),
+        # Nothing to make at all.
+        (VariantPlan(per_seed=0, rewrites_per_kind=0), "makes no variants: set per_seed or rewrites_per_kind"),
+        (VariantPlan(per_seed=0, rewrite_kinds=[]), "makes no variants"),
+        # Negative counts.
+        (VariantPlan(per_seed=-1), r"per_seed \(-1\) and rewrites_per_kind \(1\) must be >= 0"),
+        # A rewrite kind that does not exist.
+        (VariantPlan(rewrite_kinds=["summarize"]), r"unknown rewrite kinds \['summarize'\]; use paraphrase, harder"),
+    ],
+)
+def test_bad_plans_fail_with_the_fix(plan, message):
+    with pytest.raises(ValueError, match=message):
+        plan.check(FAMILIES)
+
+
+def test_a_good_plan_passes():
+    VariantPlan(per_seed=2, families=["sql"], rewrite_kinds=["harder"]).check(FAMILIES)
