@@ -2,3 +2,4 @@
 
 SEEDS = "seeds"
 GENERATION = "generation"
+CURATION = "curation"

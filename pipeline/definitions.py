@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import generation, seeds
-from pipeline.resources import LLMEndpoint, SeedRepository, VariantPlan
+from assets import curation, generation, seeds
+from pipeline.resources import CurationPolicy, LLMEndpoint, SeedRepository, VariantPlan
 from pipeline.settings import Settings
 from pipeline.storage import TableStorage
 
@@ -17,7 +17,7 @@ flywheel_job = dg.define_asset_job(
 def build_definitions(settings: Settings) -> dg.Definitions:
     """Definitions wired to `settings` (storage root, seeds folder, profile, user verifiers)."""
     settings.register_verifier_plugins()  # also in each step process, which re-imports this code location
-    modules = [seeds, generation]
+    modules = [seeds, generation, curation]
     return dg.Definitions(
         assets=dg.load_assets_from_modules(modules),
         asset_checks=dg.load_asset_checks_from_modules(modules),
@@ -27,6 +27,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             "seeds": SeedRepository(path=str(settings.seeds_dir)),
             "llm": _llm_endpoint(settings),
             "plan": _variant_plan(settings),
+            "policy": CurationPolicy(),
         },
     )
 

@@ -127,3 +127,9 @@ class VariantPlan(dg.ConfigurableResource):
         unknown_kinds = sorted(set(self.rewrite_kinds) - set(REWRITE_KINDS))
         if unknown_kinds:
             raise ValueError(f"unknown rewrite kinds {unknown_kinds}; use {', '.join(REWRITE_KINDS)}")
+
+
+class CurationPolicy(dg.ConfigurableResource):
+    """Quality floors and curation parameters (the profile sets the defaults)."""
+
+    min_validity_rate: float = 0.8  # per family, over generated variants: below it the run stops

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -211,3 +213,18 @@ class InvalidTaskError(ValueError):
         self.problems = problems
         lines = [f"  {p}" for p in problems]
         super().__init__(f"task {task_id or '<no id>'} is invalid:\n" + "\n".join(lines))
+
+
+def check_tasks(
+    records: list[Mapping[str, Any]], context: VerifyContext | None = None, *, workers: int | None = None
+) -> list[list[Problem]]:
+    """`task_problems(record, context, check_wrong_answer=True)` for many records, in parallel threads.
+
+    Threads suit the work: sandboxed verifiers wait on a child process, the rest take microseconds.
+
+    Returns:
+        One list of problems per record, in input order (empty for a valid task).
+    """
+    context = context or VerifyContext()
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1, thread_name_prefix="check") as pool:
+        return list(pool.map(lambda r: task_problems(r, context, check_wrong_answer=True), records))

@@ -1,0 +1,118 @@
+"""Curation assets: every task validated against the schema and its own verifier, then deduplicated and split."""
+
+import dagster as dg
+import pandas as pd
+
+from assets import groups
+from assets.metadata import count_table, markdown_table, preview, task_preview
+from pipeline.resources import CurationPolicy, SeedRepository
+from validators.tables import frame_from_records, records_from_frame
+from validators.tasks import TASK_FIELDS, check_tasks
+
+TASK_REJECT_COLUMNS = ("task_id", "family", "generator", "seed_id", "reason_code", "reason", "record")
+
+
+@dg.multi_asset(
+    group_name=groups.CURATION,
+    outs={
+        "validated_tasks": dg.AssetOut(description="Seeds and variants that pass the schema and their own verifier."),
+        "task_rejects": dg.AssetOut(description="Variants that failed validation, with the reason code."),
+    },
+)
+def validated_tasks(
+    context: dg.AssetExecutionContext, seed_tasks: pd.DataFrame, task_variants: pd.DataFrame, seeds: SeedRepository
+):
+    """Check every variant: schema, content-hash id, verifier params, reference passes, a wrong answer fails."""
+    # Seeds passed the same checks when they were loaded; variants are checked here.
+    variants = records_from_frame(task_variants[list(TASK_FIELDS)])
+    problems = check_tasks(variants, seeds.verify_context())
+    good, rejects = [], []
+    for variant, found in zip(variants, problems, strict=True):
+        if not found:
+            good.append(variant)
+            continue
+        rejects.append(
+            {
+                "task_id": variant.get("task_id"),
+                "family": variant.get("family"),
+                "generator": _generator(variant),
+                "seed_id": (variant.get("lineage") or {}).get("seed_id"),
+                "reason_code": found[0].code,
+                "reason": "; ".join(map(str, found)),
+                "record": variant,
+            }
+        )
+    tasks = pd.concat([seed_tasks[list(TASK_FIELDS)], frame_from_records(good, TASK_FIELDS)], ignore_index=True)
+    reject_frame = frame_from_records(rejects, TASK_REJECT_COLUMNS)
+    by_family = validity_rates(task_variants["family"], reject_frame["family"])
+    by_generator = validity_rates(pd.Series([_generator(v) for v in variants]), reject_frame["generator"])
+    for reject in rejects[:20]:
+        context.log.warning(f"variant {reject['task_id']} ({reject['generator']}): {reject['reason']}")
+    yield dg.Output(
+        tasks,
+        output_name="validated_tasks",
+        metadata={
+            "rows": len(tasks),
+            "seeds": len(seed_tasks),
+            "variants_checked": len(variants),
+            "variants_rejected": len(rejects),
+            "validity_rate": dg.MetadataValue.float(len(good) / len(variants) if variants else 1.0),
+            "validity_by_family": dg.MetadataValue.md(_rates_table(by_family, "family")),
+            "validity_by_generator": dg.MetadataValue.md(_rates_table(by_generator, "generator")),
+            "families": count_table(tasks["family"], "family"),
+            "preview": task_preview(tasks),
+        },
+    )
+    yield dg.Output(
+        reject_frame,
+        output_name="task_rejects",
+        metadata={
+            "rows": len(rejects),
+            "reasons": count_table(reject_frame["reason_code"], "reason_code"),
+            "preview": preview(reject_frame, ("task_id", "generator", "reason")),
+        },
+    )
+
+
+def _generator(task: dict) -> str:
+    generator = (task.get("lineage") or {}).get("generator") or {}
+    return generator.get("name", "seed")
+
+
+def validity_rates(checked: pd.Series, rejected: pd.Series) -> dict[str, tuple[int, int]]:
+    """(valid, checked) per key, from the keys of every checked row and of the rejected rows."""
+    bad = rejected.value_counts()
+    return {str(k): (int(n - bad.get(k, 0)), int(n)) for k, n in sorted(checked.value_counts().items())}
+
+
+def _rates_table(rates: dict[str, tuple[int, int]], label: str) -> str:
+    rows = [{label: k, "valid": v, "checked": n, "rate": f"{v / n:.1%}"} for k, (v, n) in rates.items()]
+    return markdown_table(rows, [label, "valid", "checked", "rate"])
+
+
+@dg.asset_check(
+    asset="validated_tasks",
+    blocking=True,
+    description="Stops the run when a family's share of valid variants falls below the configured floor.",
+    additional_ins={"task_variants": dg.AssetIn("task_variants"), "task_rejects": dg.AssetIn("task_rejects")},
+)
+def family_validity_floor(
+    validated_tasks: pd.DataFrame, task_variants: pd.DataFrame, task_rejects: pd.DataFrame, policy: CurationPolicy
+) -> dg.AssetCheckResult:
+    counts = validity_rates(task_variants["family"], task_rejects["family"])
+    rates = {family: valid / n for family, (valid, n) in counts.items()}
+    below = {family: rate for family, rate in rates.items() if rate < policy.min_validity_rate}
+    return dg.AssetCheckResult(
+        passed=not below,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "floor": policy.min_validity_rate,
+            "below_floor": dg.MetadataValue.json({k: round(v, 3) for k, v in below.items()}),
+            "rates": dg.MetadataValue.json({k: round(v, 3) for k, v in sorted(rates.items())}),
+        },
+        description=(
+            "every family meets the floor"
+            if not below
+            else f"validity below {policy.min_validity_rate:.0%} for {', '.join(below)}: inspect task_rejects"
+        ),
+    )

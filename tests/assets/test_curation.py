@@ -1,0 +1,59 @@
+"""Curation assets on planted data: bad variants are rejected with a reason, and the validity floor blocks."""
+
+from pathlib import Path
+
+import pytest
+
+from generators.base import derive_task
+from pipeline.runs import materialize
+from validators.registry import VerifyContext
+from validators.seeds import load_seeds
+from validators.tables import frame_from_records, read_table, write_table
+from validators.tasks import TASK_FIELDS
+
+GENERATOR = {"name": "planted", "version": 1, "params": {}}
+
+
+@pytest.fixture
+def arithmetic_seeds(settings) -> list[dict]:
+    folder = settings.seeds_dir / "arithmetic"
+    seeds = load_seeds([folder], root=settings.seeds_dir.parent, context=VerifyContext(seeds_dir=settings.seeds_dir))
+    return seeds.tasks[:4]
+
+
+def plant(settings, seeds: list[dict], variants: list[dict]) -> None:
+    """Write upstream assets as a previous run would have, so only curation runs."""
+    write_table(frame_from_records(seeds, (*TASK_FIELDS, "origin")), settings.home / "seed_tasks.parquet")
+    write_table(frame_from_records(variants, TASK_FIELDS), settings.home / "task_variants.parquet")
+
+
+def variant(seed: dict, answer: str, reference: str) -> dict:
+    prompt = [*seed["prompt"][:-1], {"role": "user", "content": seed["prompt"][-1]["content"] + " (variant)"}]
+    params = {"answer": answer}
+    return derive_task(seed, prompt=prompt, verifier_params=params, reference=reference, generator=GENERATOR)
+
+
+def test_bad_variants_go_to_rejects_with_the_reason(settings, arithmetic_seeds):
+    good = [variant(s, "7", "#### 7") for s in arithmetic_seeds]
+    bad = variant(arithmetic_seeds[0], "7", "#### 8")  # the reference fails its own verifier
+    bad["prompt"] = [{"role": "user", "content": "a different question"}]
+    bad["task_id"] = "0" * 16  # and the id is not the content hash
+    plant(settings, arithmetic_seeds, [*good, bad])
+    summary = materialize(settings, "validated_tasks")
+    assert summary.success, summary.failures
+    validated = read_table(settings.home / "validated_tasks.parquet")
+    rejects = read_table(settings.home / "task_rejects.parquet")
+    assert len(validated) == len(arithmetic_seeds) + len(good)
+    assert rejects["task_id"].tolist() == ["0" * 16]
+    assert rejects["reason_code"].tolist() == ["task_id_mismatch"]
+    assert rejects.loc[0, "record"]["reference"] == "#### 8"  # the whole row is kept, not just an id
+    assert ("family_validity_floor", True, "passed") in summary.checks  # 4 of 5 valid = the 0.8 floor
+
+
+def test_the_validity_floor_blocks_when_a_family_falls_below_it(settings, arithmetic_seeds):
+    bad = [variant(s, "7", "#### 8") for s in arithmetic_seeds]  # every reference is wrong
+    plant(settings, arithmetic_seeds, bad)
+    summary = materialize(settings, "validated_tasks")
+    assert ("family_validity_floor", False, "ERROR") in summary.checks
+    assert read_table(settings.home / "task_rejects.parquet")["reason_code"].unique().tolist() == ["reference_failed"]
+    assert Path(settings.home / "validated_tasks.parquet").exists()
