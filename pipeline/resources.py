@@ -12,7 +12,7 @@ from pydantic import Field, PrivateAttr
 from generators.llm import EndpointConfig, LLMCache, LLMClient
 from generators.rewrite import REWRITE_KINDS
 from training.serving import ModelServer
-from training.tiny_model import build_quickstart_model
+from training.tiny_model import build_quickstart_model, quickstart_model_dir, seed_texts
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
 
@@ -75,12 +75,18 @@ class LLMEndpoint(dg.ConfigurableResource):
                 self._server = None
 
     def client(self) -> LLMClient:
-        """A client for this endpoint; starts the local server first when there is no `base_url`."""
-        base_url, model = self.base_url, self.model
-        if not base_url:
-            server = self._local_server()
-            base_url, model = server.base_url, server.model
-        config = EndpointConfig(
+        """A client for this endpoint. Without a `base_url`, the local server starts only when a request misses
+        the cache, so a fully cached rerun starts nothing."""
+        if self.base_url:
+            return LLMClient(self._config(self.base_url, self.model), self._cache())
+        if self._stack is None:
+            raise RuntimeError("LLMEndpoint.client() is only available while a step runs")
+        model = self.model or str(quickstart_model_dir(self._models_dir(), seed_texts(self.seeds_path)))
+        # Any loopback URL: the cache keys a loopback endpoint without its port, and `connect` sets the real one.
+        return LLMClient(self._config("http://127.0.0.1:1/v1", model), self._cache(), connect=self._start_server)
+
+    def _config(self, base_url: str, model: str) -> EndpointConfig:
+        return EndpointConfig(
             base_url=base_url,
             model=model,
             api_key_env=self.api_key_env,
@@ -91,17 +97,19 @@ class LLMEndpoint(dg.ConfigurableResource):
             temperature=self.temperature,
             max_tokens=self.max_tokens,
         )
-        return LLMClient(config, LLMCache(self.cache_dir))
 
-    def _local_server(self) -> ModelServer:
-        if self._server is not None:
-            return self._server
-        if self._stack is None:
-            raise RuntimeError("LLMEndpoint.client() is only available while a step runs")
-        model = self.model or str(build_quickstart_model(Path(self.work_dir) / "models", Path(self.seeds_path)))
-        server = ModelServer(model, log_dir=Path(self.work_dir) / "logs", backend=self.local_backend)  # type: ignore[arg-type]
-        self._server = self._stack.enter_context(server)
-        return server
+    def _cache(self) -> LLMCache:
+        return LLMCache(self.cache_dir)
+
+    def _models_dir(self) -> Path:
+        return Path(self.work_dir) / "models"
+
+    def _start_server(self) -> str:
+        if self._server is None:
+            model = self.model or str(build_quickstart_model(self._models_dir(), self.seeds_path))
+            server = ModelServer(model, log_dir=Path(self.work_dir) / "logs", backend=self.local_backend)  # type: ignore[arg-type]
+            self._server = self._stack.enter_context(server)  # type: ignore[union-attr]
+        return self._server.base_url
 
 
 class VariantPlan(dg.ConfigurableResource):

@@ -17,7 +17,7 @@ from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
 
 FAMILIES = {"arithmetic", "json_extraction", "sql", "python_function", "tool_call"}
-ASSETS = {"seed_tasks", "seed_rejects", "task_variants", "variant_rejects"}
+ASSETS = {"seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"}
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def test_the_run_succeeds_and_writes_every_asset(quickstart):
     settings, summary = quickstart
     assert summary.success, summary.failures
     assert {a.key for a in summary.assets} == ASSETS
-    assert ("seed_files_clean", True, "passed") in summary.checks
+    assert set(summary.checks) == {("seed_files_clean", True, "passed"), ("family_validity_floor", True, "passed")}
     for materialized in summary.assets:
         assert materialized.path == settings.home / f"{materialized.key}.parquet"
         assert len(read_table(materialized.path)) == materialized.rows
@@ -86,11 +86,13 @@ def test_garbage_from_the_tiny_model_lands_in_rejects_with_its_raw_text(quicksta
 def test_rerun_makes_no_llm_calls_and_keeps_ids_stable(quickstart):
     settings, summary = quickstart
     before = read_table(settings.home / "task_variants.parquet")
+    server_logs = sorted((settings.home / "local_model" / "logs").iterdir())
     rerun = materialize(settings, "task_variants")
     assert rerun.success, rerun.failures
     metadata = asset(rerun, "task_variants").metadata
     assert (metadata["llm_calls_made"], metadata["llm_calls_cached"]) == (0, asset(summary, "seed_tasks").rows)
     assert read_table(settings.home / "task_variants.parquet")["task_id"].tolist() == before["task_id"].tolist()
+    assert sorted((settings.home / "local_model" / "logs").iterdir()) == server_logs  # no model server was started
     assert not [p for p in settings.home.iterdir() if p.name.startswith(".")]  # no temp files left
 
 

@@ -389,18 +389,24 @@ def seed_texts(seeds_dir: str | os.PathLike[str]) -> list[str]:
     return texts
 
 
-def build_quickstart_model(models_dir: str | os.PathLike[str], seeds_dir: str | os.PathLike[str]) -> Path:
-    """The quickstart's policy: a tiny model whose tokenizer is trained on the seed texts.
+def quickstart_model_dir(models_dir: str | os.PathLike[str], texts: Iterable[str]) -> Path:
+    """Where the quickstart's tiny model for these texts lives: the folder name carries a hash of the texts.
 
-    The folder name carries a hash of the texts, so editing the seeds builds a new model (under a new name)
-    instead of silently changing the one that cached LLM answers were recorded for.
+    Editing the seeds therefore builds a new model under a new name, instead of silently changing the model
+    that cached LLM answers were recorded for (the served path is part of the cache key).
+    """
+    digest = hashlib.sha256("\n\0".join(sorted(texts)).encode("utf-8")).hexdigest()[:8]
+    return (Path(models_dir) / f"tiny-policy-{digest}").resolve()
+
+
+def build_quickstart_model(models_dir: str | os.PathLike[str], seeds_dir: str | os.PathLike[str]) -> Path:
+    """The quickstart's policy: a tiny model whose tokenizer is trained on the seed texts (built once, reused).
 
     Example:
         >>> build_quickstart_model(".seedwheel/models", "seeds")  # doctest: +SKIP
-        PosixPath('.seedwheel/models/tiny-policy-3f2a9c1b')
+        PosixPath('/work/.seedwheel/models/tiny-policy-3f2a9c1b')
     """
     texts = seed_texts(seeds_dir)
     if not texts:
         raise TinyModelError(f"no seed texts under {seeds_dir}: the tiny model's tokenizer needs some text")
-    digest = hashlib.sha256("\n\0".join(sorted(texts)).encode("utf-8")).hexdigest()[:8]
-    return build_tiny_model(Path(models_dir) / f"tiny-policy-{digest}", texts)
+    return build_tiny_model(quickstart_model_dir(models_dir, texts), texts)

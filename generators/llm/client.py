@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -71,6 +71,9 @@ class LLMClient:
         api_key: the key itself, for callers that resolve secrets their own way (a Dagster `EnvVar`);
             None reads `config.api_key_env` now (a loopback endpoint may go without).
         environ: the environment to read the key from (default: the process environment).
+        connect: called once, just before the first request that the cache cannot answer, to bring the endpoint
+            up (e.g. start a local model server); it returns the base URL to use. Cache keys do not change,
+            because a loopback endpoint's identity ignores its port.
 
     Raises:
         MissingAPIKey: a remote endpoint and no key, before any call is made.
@@ -90,10 +93,12 @@ class LLMClient:
         *,
         api_key: str | None = None,
         environ: Mapping[str, str] | None = None,
+        connect: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
         self.cache = cache
         self._api_key = api_key or resolve_api_key(config, environ)
+        self._connect = connect
         self.stats = LLMStats()
 
     def __repr__(self) -> str:
@@ -182,6 +187,10 @@ class LLMClient:
                 progress(done, total)
 
         started = time.monotonic()
+        if to_call and self._connect is not None:
+            # A local server starts only when the cache cannot answer everything: a fully cached rerun needs none.
+            self.config = replace(self.config, base_url=self._connect())
+            self._connect = None
         if to_call:
             jobs = [(key, requests[waiting[key][0]], payloads[waiting[key][0]]) for key in to_call]
             await self._call_all(jobs, deliver)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -224,12 +225,27 @@ class ChatRequest:
             raise ValueError(f"sample ({self.sample}) must be >= 0")
         if self.response_format is not None:
             try:
-                jsonschema.validators.validator_for(self.response_format).check_schema(self.response_format)
-            except jsonschema.SchemaError as exc:
+                schema_json = json.dumps(self.response_format, sort_keys=True, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"response_format must be plain JSON data: {exc}") from exc
+            problem = _schema_problem(schema_json)
+            if problem is not None:
                 raise ValueError(
-                    f"response_format is not a valid JSON Schema ({exc.message}); give the schema itself, "
+                    f"response_format is not a valid JSON Schema ({problem}); give the schema itself, "
                     "e.g. {'type': 'object', 'properties': {...}}, not OpenAI's wrapper"
-                ) from exc
+                )
+
+
+@lru_cache(maxsize=256)
+def _schema_problem(schema_json: str) -> str | None:
+    # Checking a schema against its metaschema takes ~5 ms; a batch sends one schema with thousands of requests,
+    # so each distinct schema (keyed by its sorted JSON) is checked once per process.
+    schema = json.loads(schema_json)
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return exc.message
+    return None
 
 
 @dataclass(frozen=True)

@@ -335,3 +335,24 @@ def test_sync_wrapper_works_inside_a_running_event_loop(server, cache):
 def test_an_empty_batch_makes_no_calls(server, cache):
     assert make_client(server, cache).complete_many_sync([]) == []
     assert server.requests == []
+
+
+def test_connect_runs_once_and_only_when_the_cache_cannot_answer(server, cache):
+    # A local model server is started through `connect`: a fully cached rerun must not start it.
+    started = []
+
+    def connect() -> str:
+        started.append(server.base_url)
+        return server.base_url
+
+    def lazy_client() -> LLMClient:
+        config = EndpointConfig(base_url="http://127.0.0.1:1/v1", **{"model": "fake-model", **FAST})
+        return LLMClient(config, cache, environ={}, connect=connect)
+
+    first = lazy_client()
+    assert [r.text for r in first.complete_many_sync([ask("a"), ask("b")])] == ["echo: a", "echo: b"]
+    first.complete_many_sync([ask("c")])
+    assert len(started) == 1  # once per client, however many batches
+    rerun = lazy_client()
+    assert [r.cached for r in rerun.complete_many_sync([ask("a"), ask("b"), ask("c")])] == [True, True, True]
+    assert len(started) == 1  # everything cached: nothing started

@@ -10,8 +10,8 @@ from pipeline.definitions import build_definitions, defs
 from pipeline.runs import open_instance
 from tests.paths import REPO
 
-ASSETS = {"seed_tasks", "seed_rejects", "task_variants", "variant_rejects"}
-CHECKS = {("seed_rejects", "seed_files_clean")}
+ASSETS = {"seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"}
+CHECKS = {("seed_rejects", "seed_files_clean"), ("validated_tasks", "family_validity_floor")}
 JOBS = {"flywheel_job"}
 
 
