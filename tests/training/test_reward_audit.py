@@ -1,0 +1,274 @@
+"""The reward audit: the shipped labelled set against the registry reward, planted broken rewards, and probes."""
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.paths import SEEDS
+from training.reward_audit import (
+    PROBES,
+    LabelledCompletion,
+    RewardAuditInputError,
+    RewardAuditPolicy,
+    RewardAuditPolicyError,
+    audit_reward,
+    load_labelled,
+    probe_completions,
+)
+from validators.registry import VerifyContext
+from validators.rewards import VerifierReward, build_reward_funcs
+from validators.seeds import discover_seed_files, read_seed_file
+
+AUDIT_SET = SEEDS / "audit" / "reward_audit.jsonl"
+CONTEXT = VerifyContext(seeds_dir=SEEDS)
+
+
+class ConstantReward:
+    """A planted broken reward: the same value for every completion (picklable, with a stable name)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+        self.__name__ = f"constant_{value}"
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+        return [self.value] * len(completions)
+
+
+class SqlAcceptsAnything:
+    """The registry reward, except that every sql row gets full reward (a verifier broken for one family)."""
+
+    __name__ = "sql_accepts_anything"
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+        real = VerifierReward(context=CONTEXT)(prompts, completions, **columns)
+        return [1.0 if family == "sql" else score for family, score in zip(columns["family"], real, strict=True)]
+
+
+class Raises:
+    __name__ = "raises"
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+        raise KeyError("answer")
+
+
+class TooShort:
+    __name__ = "too_short"
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+        return [0.0]
+
+
+@pytest.fixture(scope="module")
+def labelled() -> list[LabelledCompletion]:
+    return load_labelled(AUDIT_SET, context=CONTEXT)
+
+
+@pytest.fixture(scope="module")
+def seed_tasks() -> list[dict[str, Any]]:
+    """The bundled seeds as probe tasks, standing in for the training tasks.
+
+    Read raw rather than through `load_seeds`: the probes need only prompt, family, verifier and reference, and
+    skipping the loader's reference checks (a sandbox run per code seed) keeps the test fast.
+    """
+    tasks = []
+    for path in discover_seed_files([SEEDS]):
+        records, problems = read_seed_file(path)
+        assert not problems, problems
+        tasks += [{"task_id": r.origin, "family": r.family, **r.raw} for r in records]
+    return tasks
+
+
+def registry_reward() -> tuple[list[VerifierReward], list[float]]:
+    return build_reward_funcs({"*": 1.0}, context=CONTEXT)
+
+
+def test_shipped_audit_set_spans_the_families_and_tricky_cases(labelled: list[LabelledCompletion]) -> None:
+    families = Counter(row.family for row in labelled)
+
+    assert 30 <= len(labelled) <= 50
+    assert set(families) == {"arithmetic", "json_extraction", "sql", "python_function", "tool_call"}
+    assert min(families.values()) >= 5
+    assert 0.3 <= sum(row.accept for row in labelled) / len(labelled) <= 0.7
+    assert all(row.reason and row.tags for row in labelled)
+
+
+def test_shipped_audit_set_passes_with_the_registry_reward(
+    labelled: list[LabelledCompletion], seed_tasks: list[dict[str, Any]]
+) -> None:
+    funcs, weights = registry_reward()
+
+    audit = audit_reward(funcs, weights, seed_tasks, labelled)
+
+    assert audit.passed, audit.reasons
+    assert audit.numbers["labelled/rows"] == len(labelled)
+    assert audit.numbers["labelled/false_reject_rate"] == 0.0
+    # The only disagreements are rows tagged as known holes of the verifiers.
+    disagreements = [row for row in audit.rows if not row["agree"]]
+    assert all("known_hole" in row["tags"] for row in disagreements), disagreements
+    for probe in PROBES:
+        assert audit.numbers[f"probe/{probe}/mean"] <= 0.1
+    assert audit.numbers["probe/tasks_without_reward"] == 0
+
+
+def test_planted_constant_reward_fails_with_clear_reasons(
+    labelled: list[LabelledCompletion], seed_tasks: list[dict[str, Any]]
+) -> None:
+    audit = audit_reward([ConstantReward(1.0)], [1.0], seed_tasks, labelled)
+
+    assert not audit.passed
+    assert audit.numbers["labelled/false_accept_rate"] == 1.0
+    assert any(r.startswith("false-accept rate 1.00") and "pays for wrong answers" in r for r in audit.reasons)
+    assert any(r.startswith("probe empty mean reward 1.00") and "ignores the task" in r for r in audit.reasons)
+    assert any(r.startswith("probe constant ('42') mean reward 1.00") for r in audit.reasons)
+
+
+def tasks_of(rows: list[LabelledCompletion]) -> list[dict[str, Any]]:
+    """One task per labelled row: a cheap probe set for tests that do not need the whole seed set."""
+    return [{"task_id": r.id, "family": r.family, "prompt": r.prompt, "verifier": r.verifier} for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("reward", "expected_reasons"),
+    [
+        # Always zero: fails every right answer (and, rightly, passes the probes).
+        (ConstantReward(0.0), ["false-reject rate 1.00 (20 of 20", "agreement 0.59"]),
+        # Half reward for everything never reaches the accept threshold, and probes still see 0.5 for garbage.
+        (ConstantReward(0.5), ["false-reject rate 1.00", "probe random mean reward 0.50"]),
+        # A reward that raises would stop training; the audit names it instead.
+        (Raises(), ["labelled set: reward 'raises' raised KeyError", "probe empty: reward 'raises' raised"]),
+        # One value for a whole batch is a shape bug.
+        (TooShort(), ["returned 1 values for 49 completions"]),
+        # A reward for a verifier no row uses scores nothing: no agreement to measure, and training tasks go unpaid.
+        (
+            VerifierReward("format_tags", context=CONTEXT),
+            ["no row is scored", "get no reward from any function (arithmetic 10"],
+        ),
+    ],
+)
+def test_broken_rewards_fail(labelled: list[LabelledCompletion], reward: Any, expected_reasons: list[str]) -> None:
+    audit = audit_reward([reward], None, tasks_of(labelled), labelled)
+
+    assert not audit.passed
+    for expected in expected_reasons:
+        assert any(expected in reason for reason in audit.reasons), (expected, audit.reasons)
+
+
+def test_always_zero_passes_probes_but_fails_on_false_rejects(labelled: list[LabelledCompletion]) -> None:
+    audit = audit_reward([ConstantReward(0.0)], None, tasks_of(labelled), labelled)
+
+    assert audit.numbers["labelled/false_reject_rate"] == 1.0
+    assert audit.numbers["labelled/false_accept_rate"] == 0.0
+    assert all(audit.numbers[f"probe/{p}/mean"] == 0.0 for p in PROBES)
+
+
+def test_a_reward_broken_for_one_small_family_is_caught_by_family(labelled: list[LabelledCompletion]) -> None:
+    # 40 arithmetic tasks and 2 sql tasks: the overall empty-probe mean stays under 0.1, sql's is 1.0.
+    arithmetic = [t for t in tasks_of(labelled) if t["family"] == "arithmetic"] * 4
+    sql = [t for t in tasks_of(labelled) if t["family"] == "sql"][:2]
+
+    audit = audit_reward([SqlAcceptsAnything()], None, arithmetic + sql, labelled)
+
+    assert not audit.passed
+    assert audit.numbers["probe/empty/mean"] < 0.1
+    assert any("probe empty" in r and "in sql 1.00 (2 tasks)" in r for r in audit.reasons), audit.reasons
+
+
+def test_weights_combine_as_a_normalised_mean(labelled: list[LabelledCompletion]) -> None:
+    # The registry reward at weight 3 plus a constant 0 at weight 1: right answers score 0.75, below threshold 1.
+    funcs = [VerifierReward(context=CONTEXT), ConstantReward(0.0)]
+
+    quick = {"probes": ("empty",)}  # this test is about the labelled rates; one probe keeps it fast
+    strict = audit_reward(funcs, [3.0, 1.0], tasks_of(labelled), labelled, policy=RewardAuditPolicy(**quick))
+    lenient = audit_reward(
+        funcs, [3.0, 1.0], tasks_of(labelled), labelled, policy=RewardAuditPolicy(accept_threshold=0.75, **quick)
+    )
+
+    assert strict.numbers["labelled/mean_score_human_accept"] == pytest.approx(0.75)
+    assert strict.numbers["labelled/false_reject_rate"] == 1.0
+    assert lenient.numbers["labelled/false_reject_rate"] == 0.0
+
+
+def test_probe_completions() -> None:
+    tasks = [
+        {
+            "family": "a",
+            "prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q1"}],
+            "reference": "R1",
+        },
+        {"family": "a", "prompt": "Q2", "reference": "R2"},
+        {"family": "a", "prompt": "Q3", "reference": "R2"},
+        {"family": "b", "prompt": "Q4", "reference": None},
+    ]
+
+    assert probe_completions(tasks, "empty") == ["", "", "", ""]
+    assert probe_completions(tasks, "constant", constant_text="7") == ["7"] * 4
+    # Family a's most common reference is R2; family b has none, so its probe is empty.
+    assert probe_completions(tasks, "majority_reference") == ["R2", "R2", "R2", ""]
+    assert probe_completions(tasks, "echo_prompt") == ["Q1", "Q2", "Q3", "Q4"]
+    noise = probe_completions(tasks, "random", seed=1)
+    assert noise == probe_completions(tasks, "random", seed=1) != probe_completions(tasks, "random", seed=2)
+    assert len(set(noise)) == 4
+
+
+GOOD_ROW = {
+    "id": "r1",
+    "family": "arithmetic",
+    "prompt": [{"role": "user", "content": "2+2?"}],
+    "verifier": {"name": "numeric_answer", "params": {"answer": 4}},
+    "completion": "#### 4",
+    "human": {"accept": True, "reason": "right"},
+}
+
+
+@pytest.mark.parametrize(
+    ("lines", "match"),
+    [
+        # Not JSON at all.
+        (["{oops"], r":1: not valid JSON"),
+        # The human verdict is the point of the row.
+        ([json.dumps({**GOOD_ROW, "human": {}})], r":1: human.accept must be true or false"),
+        # A verdict written as a string is not a boolean.
+        ([json.dumps({**GOOD_ROW, "human": {"accept": "yes"}})], r"human.accept"),
+        # Tags are a list of labels, not one string.
+        ([json.dumps({**GOOD_ROW, "tags": "hard_coded"})], r"tags must be a list"),
+        # Ids name rows in reasons, so they must be unique.
+        ([json.dumps(GOOD_ROW), json.dumps(GOOD_ROW)], r":2: id 'r1' repeats line 1"),
+        # The embedded task's verifier is checked like a seed's.
+        ([json.dumps({**GOOD_ROW, "verifier": {"name": "nope", "params": {}}})], r":1: verifier: unknown verifier"),
+        # A row without a completion has nothing to audit.
+        ([json.dumps({k: v for k, v in GOOD_ROW.items() if k != "completion"})], r"completion must be"),
+        # An empty file audits nothing.
+        ([""], r"no labelled rows"),
+    ],
+)
+def test_load_labelled_names_the_line_and_fix(tmp_path: Path, lines: list[str], match: str) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    with pytest.raises(RewardAuditInputError, match=match):
+        load_labelled(path, context=CONTEXT)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        # Rates are shares.
+        ({"min_agreement": 1.5}, "min_agreement"),
+        ({"max_probe_score": -0.1}, "max_probe_score"),
+        # A threshold of 0 accepts everything.
+        ({"accept_threshold": 0.0}, "accept_threshold"),
+        # Typos in probe names would silently skip a probe.
+        ({"probes": ("empty", "constnat")}, "unknown probes"),
+    ],
+)
+def test_policy_checks_itself(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(RewardAuditPolicyError, match=match):
+        RewardAuditPolicy(**kwargs)
+
+
+def test_weights_must_match_functions(labelled: list[LabelledCompletion]) -> None:
+    with pytest.raises(RewardAuditPolicyError, match="2 weights for 1 reward functions"):
+        audit_reward([ConstantReward(1.0)], [1.0, 2.0], [], labelled)
