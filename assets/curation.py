@@ -5,7 +5,11 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
-from pipeline.resources import CurationPolicy, SeedRepository
+from pipeline.resources import CurationPolicy, SeedRepository, StorageRoot
+from validators.curate import dedup_tasks, task_text
+from validators.dedup import DedupIndex, near_duplicate_pairs
+from validators.export import export_split
+from validators.splits import lineage_leaks, plan_splits
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, check_tasks
 
@@ -115,4 +119,104 @@ def family_validity_floor(
             if not below
             else f"validity below {policy.min_validity_rate:.0%} for {', '.join(below)}: inspect task_rejects"
         ),
+    )
+
+
+@dg.asset(group_name=groups.CURATION)
+def deduplicated_tasks(
+    context: dg.AssetExecutionContext, validated_tasks: pd.DataFrame, policy: CurationPolicy, storage: StorageRoot
+) -> dg.MaterializeResult:
+    """Validated tasks labelled `is_duplicate`, `cluster_id`, `duplicate_of` (exact + MinHash, and vs past runs)."""
+    config = policy.minhash_config()
+    index = DedupIndex.open(storage.path("dedup_index") / config.name, config)
+    if index.rebuilt:
+        context.log.warning(f"dedup index rebuilt from scratch: {index.rebuild_reason}")
+    indexed_before = len(index)
+    tasks = records_from_frame(validated_tasks[list(TASK_FIELDS)])
+    labels = dedup_tasks(tasks, config, index)
+    index.commit()
+    labelled = validated_tasks[list(TASK_FIELDS)].assign(
+        is_duplicate=[label.is_duplicate for label in labels],
+        cluster_id=[label.cluster_id for label in labels],
+        duplicate_of=pd.Series([label.duplicate_of for label in labels], dtype=object),
+        dedup_kind=pd.Series([label.kind for label in labels], dtype=object),
+    )
+    duplicates = labelled[labelled["is_duplicate"]]
+    return dg.MaterializeResult(
+        value=labelled,
+        metadata={
+            "rows": len(labelled),
+            "duplicates": len(duplicates),
+            "dedup_rate": dg.MetadataValue.float(len(duplicates) / len(labelled) if len(labelled) else 0.0),
+            "by_kind": count_table(duplicates["dedup_kind"], "kind"),
+            "by_family": count_table(duplicates["family"], "family"),
+            "minhash": str(config),
+            "index_rows_before": indexed_before,
+            "index_rows_after": len(index),
+            "index_rebuilt": index.rebuilt,
+            "preview": preview(duplicates, ("task_id", "family", "dedup_kind", "duplicate_of")),
+        },
+    )
+
+
+@dg.multi_asset(
+    group_name=groups.CURATION,
+    outs={
+        "train_tasks": dg.AssetOut(description="Deduplicated tasks on the training side of the lineage split."),
+        "eval_tasks": dg.AssetOut(description="Deduplicated tasks held out for evaluation (whole seed lineages)."),
+    },
+)
+def split_tasks(deduplicated_tasks: pd.DataFrame, policy: CurationPolicy, storage: StorageRoot):
+    """Split the kept tasks by seed lineage (stable, stratified) and export both sides for TRL."""
+    kept = deduplicated_tasks[~deduplicated_tasks["is_duplicate"].astype(bool)][list(TASK_FIELDS)]
+    plan = plan_splits(kept, policy.split_config())
+    sides = pd.Series(plan.splits, index=kept.index)
+    for name in ("train", "eval"):
+        part = kept[sides == name].reset_index(drop=True)
+        exported = export_split(part, storage.path("export"), name)
+        summary_columns = [*policy.stratify_by, "roots", f"{name}_roots", f"{name}_tasks"]
+        yield dg.Output(
+            part,
+            output_name=f"{name}_tasks",
+            metadata={
+                "rows": len(part),
+                "roots": len({r for r, s in zip(plan.roots, plan.splits, strict=True) if s == name}),
+                "families": count_table(part["family"], "family"),
+                "strata": dg.MetadataValue.md(markdown_table(plan.summary, summary_columns)),
+                "export_parquet": dg.MetadataValue.path(str(exported.parquet)),
+                "export_jsonl": dg.MetadataValue.path(str(exported.jsonl)),
+                "preview": task_preview(part),
+            },
+        )
+
+
+@dg.asset_check(
+    asset="train_tasks",
+    blocking=True,
+    description="No training task shares a lineage root with, or is a near-duplicate of, an evaluation task.",
+    additional_ins={"eval_tasks": dg.AssetIn("eval_tasks")},
+)
+def no_eval_contamination(
+    train_tasks: pd.DataFrame, eval_tasks: pd.DataFrame, policy: CurationPolicy
+) -> dg.AssetCheckResult:
+    train, evaluation = records_from_frame(train_tasks), records_from_frame(eval_tasks)
+    leaks = lineage_leaks(train, evaluation)
+    texts = [task_text(t) for t in train], [task_text(t) for t in evaluation]
+    near = near_duplicate_pairs(*texts, policy.minhash_config())
+    offenders = [
+        *({"train": leak["train_task_id"], "eval": leak["eval_task_id"], "why": "shared lineage"} for leak in leaks),
+        *(
+            {"train": train[i]["task_id"], "eval": evaluation[j]["task_id"], "why": f"near-duplicate ({score:.2f})"}
+            for i, j, score in near
+        ),
+    ]
+    return dg.AssetCheckResult(
+        passed=not offenders,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "lineage_leaks": len(leaks),
+            "near_duplicates": len(near),
+            "offenders": dg.MetadataValue.md(markdown_table(offenders[:50], ["train", "eval", "why"])),
+        },
+        description="clean" if not offenders else f"{len(offenders)} training tasks leak evaluation items",
     )

@@ -107,6 +107,32 @@ def verify(tasks: Path, completions: Path, output: Path | None) -> None:
 
 
 @main.command()
+@click.argument("input_path", metavar="INPUT.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--text-field", default="text", show_default=True, help="Field with the text; dotted for nested.")
+@click.option("--threshold", type=float, default=None, help="Near-duplicate Jaccard threshold (default: measured).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Default: INPUT.dedup.jsonl.")
+def dedup(input_path: Path, text_field: str, threshold: float | None, output: Path | None) -> None:
+    """Label exact and near duplicates in any JSONL file (the pipeline's dedup, on your own corpus).
+
+    Every input row is written, in input order, with `is_duplicate`, `cluster_id` and `duplicate_of` (the
+    0-based input line of the kept row, or null).
+    """
+    from validators.dedup import DedupConfigError, DedupInputError, MinHashConfig, dedup_jsonl
+
+    output = output or input_path.with_suffix(".dedup.jsonl")
+    try:
+        config = MinHashConfig() if threshold is None else MinHashConfig(threshold=threshold)
+        summary = dedup_jsonl(input_path, output, text_field=text_field, config=config)
+    except (DedupConfigError, DedupInputError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    click.echo(
+        f"{summary.rows} rows, {summary.duplicates} duplicates ({summary.exact_duplicates} exact, "
+        f"{summary.near_duplicates} near) with {summary.config}, in {summary.seconds:.2f} s -> {output}",
+        err=True,
+    )
+
+
+@main.command()
 @click.option("--port", default=3000, show_default=True)
 def ui(port: int) -> None:
     """Open the Dagster UI on this project (`dagster dev`, which also runs schedules and sensors)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import curation, generation, seeds
-from pipeline.resources import CurationPolicy, LLMEndpoint, SeedRepository, VariantPlan
+from pipeline.resources import CurationPolicy, LLMEndpoint, SeedRepository, StorageRoot, VariantPlan
 from pipeline.settings import Settings
 from pipeline.storage import TableStorage
 
@@ -28,6 +28,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             "llm": _llm_endpoint(settings),
             "plan": _variant_plan(settings),
             "policy": CurationPolicy(),
+            "storage": StorageRoot(root=str(settings.home)),
         },
     )
 

@@ -13,8 +13,19 @@ from generators.llm import EndpointConfig, LLMCache, LLMClient
 from generators.rewrite import REWRITE_KINDS
 from training.serving import ModelServer
 from training.tiny_model import build_quickstart_model, quickstart_model_dir, seed_texts
+from validators.dedup import MinHashConfig
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
+from validators.splits import SplitConfig
+
+
+class StorageRoot(dg.ConfigurableResource):
+    """The storage root, for the data assets keep beside their tables (indexes, exports, caches)."""
+
+    root: str
+
+    def path(self, *parts: str) -> Path:
+        return Path(self.root, *parts)
 
 
 class SeedRepository(dg.ConfigurableResource):
@@ -141,3 +152,20 @@ class CurationPolicy(dg.ConfigurableResource):
     """Quality floors and curation parameters (the profile sets the defaults)."""
 
     min_validity_rate: float = 0.8  # per family, over generated variants: below it the run stops
+    # MinHash near-dedup; the defaults are measured (README, bench/measure_dedup_recall.py). Changing any of
+    # them names a new persisted index, so the old one is never matched with incompatible signatures.
+    shingle_size: int = 3
+    num_perm: int = 128
+    threshold: float = 0.5
+    minhash_seed: int = 1
+    eval_fraction: float = 0.2
+    split_salt: str = "seedwheel-split-v1"
+    stratify_by: list[str] = Field(default_factory=lambda: ["family"])
+
+    def minhash_config(self) -> MinHashConfig:
+        return MinHashConfig(
+            shingle_size=self.shingle_size, num_perm=self.num_perm, threshold=self.threshold, seed=self.minhash_seed
+        )
+
+    def split_config(self) -> SplitConfig:
+        return SplitConfig(eval_fraction=self.eval_fraction, salt=self.split_salt, stratify_by=tuple(self.stratify_by))

@@ -39,6 +39,7 @@ class RunSummary:
     success: bool
     assets: list[MaterializedAsset] = field(default_factory=list)
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    check_metadata: dict[str, dict[str, object]] = field(default_factory=dict)  # check name -> plain values
     failures: list[str] = field(default_factory=list)
 
 
@@ -77,6 +78,7 @@ def materialize(settings: Settings, select: str | None = None) -> RunSummary:
     for evaluation in result.get_asset_check_evaluations():
         severity = evaluation.severity.value if not evaluation.passed else "passed"
         summary.checks.append((evaluation.check_name, evaluation.passed, severity))
+        summary.check_metadata[evaluation.check_name] = {k: v.value for k, v in evaluation.metadata.items()}
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data.error:
             summary.failures.append(f"{event.step_key}: {event.step_failure_data.error.message.strip()}")

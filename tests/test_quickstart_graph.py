@@ -17,7 +17,15 @@ from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
 
 FAMILIES = {"arithmetic", "json_extraction", "sql", "python_function", "tool_call"}
-ASSETS = {"seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"}
+ASSETS = {
+    *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
+    *("deduplicated_tasks", "train_tasks", "eval_tasks"),
+}
+CHECKS = {
+    ("seed_files_clean", True, "passed"),
+    ("family_validity_floor", True, "passed"),
+    ("no_eval_contamination", True, "passed"),
+}
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +45,7 @@ def test_the_run_succeeds_and_writes_every_asset(quickstart):
     settings, summary = quickstart
     assert summary.success, summary.failures
     assert {a.key for a in summary.assets} == ASSETS
-    assert set(summary.checks) == {("seed_files_clean", True, "passed"), ("family_validity_floor", True, "passed")}
+    assert set(summary.checks) == CHECKS
     for materialized in summary.assets:
         assert materialized.path == settings.home / f"{materialized.key}.parquet"
         assert len(read_table(materialized.path)) == materialized.rows
@@ -108,3 +116,17 @@ def test_the_local_model_server_is_stopped_after_the_run(quickstart):
         if any(served.encode() in a for a in args) and b"serve" in args:
             leftovers.append(cmdline.parent.name)
     assert leftovers == []
+
+
+def test_splits_keep_lineages_whole_and_export_for_trl(quickstart):
+    settings, _ = quickstart
+    deduplicated = read_table(settings.home / "deduplicated_tasks.parquet")
+    train = read_table(settings.home / "train_tasks.parquet")
+    evaluation = read_table(settings.home / "eval_tasks.parquet")
+    assert len(train) + len(evaluation) == int((~deduplicated["is_duplicate"].astype(bool)).sum())
+    train_roots = {lineage["seed_id"] for lineage in train["lineage"]}
+    eval_roots = {lineage["seed_id"] for lineage in evaluation["lineage"]}
+    assert train_roots and eval_roots and not train_roots & eval_roots
+    assert set(evaluation["family"]) == FAMILIES  # stratified: every family is evaluated
+    exported = read_table(settings.home / "export" / "train.parquet")
+    assert exported["task_id"].tolist() == train["task_id"].tolist()

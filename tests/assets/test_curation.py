@@ -8,8 +8,9 @@ from generators.base import derive_task
 from pipeline.runs import materialize
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
+from validators.splits import SplitConfig, plan_splits
 from validators.tables import frame_from_records, read_table, write_table
-from validators.tasks import TASK_FIELDS
+from validators.tasks import TASK_FIELDS, compute_task_id
 
 GENERATOR = {"name": "planted", "version": 1, "params": {}}
 
@@ -57,3 +58,38 @@ def test_the_validity_floor_blocks_when_a_family_falls_below_it(settings, arithm
     assert ("family_validity_floor", False, "ERROR") in summary.checks
     assert read_table(settings.home / "task_rejects.parquet")["reason_code"].unique().tolist() == ["reference_failed"]
     assert Path(settings.home / "validated_tasks.parquet").exists()
+
+
+def labelled(tasks: list[dict]) -> list[dict]:
+    """Tasks as deduplicated_tasks holds them, none a duplicate."""
+    labels = {"is_duplicate": False, "duplicate_of": None, "dedup_kind": None}
+    return [{**t, **labels, "cluster_id": t["task_id"]} for t in tasks]
+
+
+def test_decontamination_blocks_an_eval_paraphrase_planted_in_training(settings):
+    seeds_dir = settings.seeds_dir
+    seeds = load_seeds([seeds_dir / "arithmetic"], root=seeds_dir.parent, context=VerifyContext(seeds_dir=seeds_dir))
+    tasks = [{k: t[k] for k in TASK_FIELDS} for t in seeds.tasks]
+    plan = plan_splits(tasks, SplitConfig())
+    eval_item = next(t for t, side in zip(tasks, plan.splits, strict=True) if side == "eval")
+    # A near-copy of the eval item posing as an unrelated seed (its own lineage root) that hashes to train.
+    for n in range(100):
+        text = eval_item["prompt"][-1]["content"].replace(".", f" ({n}).", 1)
+        prompt = [*eval_item["prompt"][:-1], {"role": "user", "content": text}]
+        task_id = compute_task_id(prompt, eval_item["verifier"])
+        lineage = {**eval_item["lineage"], "seed_id": task_id}
+        planted = {**eval_item, "task_id": task_id, "prompt": prompt, "lineage": lineage}
+        if plan_splits([*tasks, planted], SplitConfig()).splits[-1] == "train":
+            break
+    write_table(frame_from_records(labelled([*tasks, planted])), settings.home / "deduplicated_tasks.parquet")
+    summary = materialize(settings, "train_tasks")
+    assert ("no_eval_contamination", False, "ERROR") in summary.checks
+    offenders = summary.check_metadata["no_eval_contamination"]["offenders"]
+    assert planted["task_id"] in offenders and eval_item["task_id"] in offenders and "near-duplicate" in offenders
+
+
+def test_decontamination_passes_on_a_clean_split(settings, arithmetic_seeds):
+    write_table(frame_from_records(labelled(arithmetic_seeds)), settings.home / "deduplicated_tasks.parquet")
+    summary = materialize(settings, "train_tasks")
+    assert summary.success, summary.failures
+    assert ("no_eval_contamination", True, "passed") in summary.checks

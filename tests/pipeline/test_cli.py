@@ -131,3 +131,32 @@ def test_user_verifier_from_config_judges_seeds(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["seeds", "validate", str(folder)])
     assert result.exit_code == 0, result.output
     assert "1 valid seeds, 0 problems" in result.stderr
+
+
+def test_dedup_labels_every_row_in_input_order(tmp_path):
+    rows = [
+        {"id": 0, "text": "Janet has 16 ducks and sells the eggs at the market every single morning."},
+        {"id": 1, "text": "A train leaves Paris at noon and arrives in Lyon two hours later."},
+        {"id": 2, "text": "janet has 16 ducks and sells the eggs at the market every single morning!"},  # exact
+        {"id": 3, "text": "Janet has 16 ducks and she sells the eggs at the market every single morning."},  # near
+    ]
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = CliRunner().invoke(main, ["dedup", str(source)])
+    assert result.exit_code == 0, result.output
+    labelled = [json.loads(line) for line in (tmp_path / "rows.dedup.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["is_duplicate"], r["duplicate_of"]) for r in labelled] == [
+        (0, False, None),
+        (1, False, None),
+        (2, True, 0),
+        (3, True, 0),
+    ]
+    assert "4 rows, 2 duplicates (1 exact, 1 near)" in result.stderr
+
+
+def test_dedup_names_the_bad_line(tmp_path):
+    source = tmp_path / "rows.jsonl"
+    source.write_text('{"text": "fine"}\n{"body": "no text field"}\n')
+    result = CliRunner().invoke(main, ["dedup", str(source)])
+    assert result.exit_code == 2
+    assert f"{source}:2" in result.output and "--text-field" in result.output

@@ -10,8 +10,15 @@ from pipeline.definitions import build_definitions, defs
 from pipeline.runs import open_instance
 from tests.paths import REPO
 
-ASSETS = {"seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"}
-CHECKS = {("seed_rejects", "seed_files_clean"), ("validated_tasks", "family_validity_floor")}
+ASSETS = {
+    *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
+    *("deduplicated_tasks", "train_tasks", "eval_tasks"),
+}
+CHECKS = {
+    ("seed_rejects", "seed_files_clean"),
+    ("validated_tasks", "family_validity_floor"),
+    ("train_tasks", "no_eval_contamination"),
+}
 JOBS = {"flywheel_job"}
 
 
