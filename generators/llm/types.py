@@ -225,7 +225,7 @@ class ChatRequest:
             raise ValueError(f"sample ({self.sample}) must be >= 0")
         if self.response_format is not None:
             try:
-                schema_json = json.dumps(self.response_format, sort_keys=True, allow_nan=False)
+                schema_json = _schema_json(self.response_format)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"response_format must be plain JSON data: {exc}") from exc
             problem = _schema_problem(schema_json)
@@ -234,6 +234,10 @@ class ChatRequest:
                     f"response_format is not a valid JSON Schema ({problem}); give the schema itself, "
                     "e.g. {'type': 'object', 'properties': {...}}, not OpenAI's wrapper"
                 )
+
+
+# One encoder for every request: json.dumps with non-default options builds a new encoder on each call.
+_schema_json = json.JSONEncoder(sort_keys=True, allow_nan=False).encode
 
 
 @lru_cache(maxsize=256)
