@@ -5,7 +5,7 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
-from pipeline.resources import CurationPolicy, SeedRepository, StorageRoot
+from pipeline.resources import CurationPolicy, JudgePolicy, SeedRepository, StorageRoot
 from validators.curate import dedup_tasks, task_text
 from validators.dedup import DedupIndex, near_duplicate_pairs
 from validators.export import export_split
@@ -162,13 +162,16 @@ def deduplicated_tasks(
 @dg.multi_asset(
     group_name=groups.CURATION,
     outs={
-        "train_tasks": dg.AssetOut(description="Deduplicated tasks on the training side of the lineage split."),
-        "eval_tasks": dg.AssetOut(description="Deduplicated tasks held out for evaluation (whole seed lineages)."),
+        "train_tasks": dg.AssetOut(description="Judged tasks on the training side of the lineage split."),
+        "eval_tasks": dg.AssetOut(description="Judged tasks held out for evaluation (whole seed lineages)."),
     },
 )
-def split_tasks(deduplicated_tasks: pd.DataFrame, policy: CurationPolicy, storage: StorageRoot):
-    """Split the kept tasks by seed lineage (stable, stratified) and export both sides for TRL."""
-    kept = deduplicated_tasks[~deduplicated_tasks["is_duplicate"].astype(bool)][list(TASK_FIELDS)]
+def split_tasks(judged_tasks: pd.DataFrame, policy: CurationPolicy, judge: JudgePolicy, storage: StorageRoot):
+    """Split the judged tasks by seed lineage (stable, stratified) and export both sides for TRL."""
+    if judge.use_labels not in ("accepted", "all"):
+        raise ValueError(f"JudgePolicy.use_labels is {judge.use_labels!r}: use 'accepted' or 'all'")
+    accepted = judged_tasks["judge_verdict"] == "accept"
+    kept = (judged_tasks[accepted] if judge.use_labels == "accepted" else judged_tasks)[list(TASK_FIELDS)]
     plan = plan_splits(kept, policy.split_config())
     sides = pd.Series(plan.splits, index=kept.index)
     for name in ("train", "eval"):

@@ -6,7 +6,7 @@ import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import count_table, preview, task_preview
+from assets.metadata import count_table, preview, progress_logger, task_preview
 from generators.base import GenerationResult
 from generators.programmatic import generate_variants
 from generators.rewrite import rewrite_tasks
@@ -15,7 +15,6 @@ from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
 REJECT_COLUMNS = ("parent_id", "seed_id", "family", "generator", "reason_code", "reason", "params", "raw")
-PROGRESS_STEPS = 10
 
 
 @dg.multi_asset(
@@ -46,7 +45,7 @@ def task_variants(context: dg.AssetExecutionContext, seed_tasks: pd.DataFrame, p
                 per_kind=plan.rewrites_per_kind,
                 client=client,
                 random_seed=plan.random_seed,
-                progress=_progress_logger(context),
+                progress=progress_logger(context, "LLM rewrites"),
             )
         )
         llm_stats = {**client.stats.as_dict(), "llm_seconds": round(time.monotonic() - started, 2)}
@@ -81,16 +80,3 @@ def task_variants(context: dg.AssetExecutionContext, seed_tasks: pd.DataFrame, p
             "preview": preview(rejects, ("generator", "family", "reason", "raw")),
         },
     )
-
-
-def _progress_logger(context: dg.AssetExecutionContext):
-    """Log LLM progress about every tenth of the batch, so the run page shows it moving."""
-    last = [-1]
-
-    def progress(done: int, total: int) -> None:
-        step = done * PROGRESS_STEPS // max(total, 1)
-        if step != last[0] or done == total:
-            last[0] = step
-            context.log.info(f"LLM rewrites: {done}/{total}")
-
-    return progress

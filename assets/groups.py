@@ -3,3 +3,4 @@
 SEEDS = "seeds"
 GENERATION = "generation"
 CURATION = "curation"
+JUDGING = "judging"

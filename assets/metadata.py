@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 import pandas as pd
 
 PREVIEW_ROWS = 10
+PROGRESS_STEPS = 10
 CELL_CHARS = 80
 
 
@@ -46,3 +47,16 @@ def task_preview(tasks: pd.DataFrame, columns: Sequence[str] = TASK_PREVIEW_COLU
     """A preview of task records; `prompt_text` is the last user message, the part a reviewer wants to see."""
     texts = [next((m["content"] for m in reversed(p) if m["role"] == "user"), "") for p in tasks["prompt"]]
     return preview(tasks.assign(prompt_text=texts), columns)
+
+
+def progress_logger(context: dg.AssetExecutionContext, what: str) -> Callable[[int, int], None]:
+    """A `progress(done, total)` callback that logs about every tenth of a batch, so the run page shows it move."""
+    last = [-1]
+
+    def progress(done: int, total: int) -> None:
+        step = done * PROGRESS_STEPS // max(total, 1)
+        if step != last[0] or done == total:
+            last[0] = step
+            context.log.info(f"{what}: {done}/{total}")
+
+    return progress

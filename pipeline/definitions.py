@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import curation, generation, seeds
-from pipeline.resources import CurationPolicy, LLMEndpoint, SeedRepository, StorageRoot, VariantPlan
+from assets import curation, generation, judging, seeds
+from pipeline.resources import (
+    CurationPolicy,
+    JudgePolicy,
+    LLMEndpoint,
+    SeedRepository,
+    StorageRoot,
+    VariantPlan,
+)
 from pipeline.settings import Settings
 from pipeline.storage import TableStorage
 
@@ -17,9 +24,10 @@ flywheel_job = dg.define_asset_job(
 def build_definitions(settings: Settings) -> dg.Definitions:
     """Definitions wired to `settings` (storage root, seeds folder, profile, user verifiers)."""
     settings.register_verifier_plugins()  # also in each step process, which re-imports this code location
-    modules = [seeds, generation, curation]
+    modules = [seeds, generation, curation, judging]
+    production = settings.profile == "production"
     return dg.Definitions(
-        assets=dg.load_assets_from_modules(modules),
+        assets=[*dg.load_assets_from_modules(modules), judging.build_judge_calibration(blocking=production)],
         asset_checks=dg.load_asset_checks_from_modules(modules),
         jobs=[flywheel_job],
         resources={
@@ -29,6 +37,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             "plan": _variant_plan(settings),
             "policy": CurationPolicy(),
             "storage": StorageRoot(root=str(settings.home)),
+            "judge": _judge_policy(settings),
         },
     )
 
@@ -57,3 +66,11 @@ def _variant_plan(settings: Settings) -> VariantPlan:
 def defs() -> dg.Definitions:
     """Loaded by `dagster dev -w workspace.yaml`: settings come from the environment at load time."""
     return build_definitions(Settings.from_env())
+
+
+def _judge_policy(settings: Settings) -> JudgePolicy:
+    if settings.profile == "production":
+        return JudgePolicy(use_labels="accepted")
+    # The tiny random model's labels are noise: shown in metadata, not used to filter; a sample per family
+    # keeps the quickstart to a few minutes on 2 cores.
+    return JudgePolicy(use_labels="all", max_per_family=2, calibration_per_family=2, calibration_samples=2)

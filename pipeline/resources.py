@@ -14,6 +14,7 @@ from generators.rewrite import REWRITE_KINDS
 from training.serving import ModelServer
 from training.tiny_model import build_quickstart_model, quickstart_model_dir, seed_texts
 from validators.dedup import MinHashConfig
+from validators.judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
 from validators.splits import SplitConfig
@@ -169,3 +170,38 @@ class CurationPolicy(dg.ConfigurableResource):
 
     def split_config(self) -> SplitConfig:
         return SplitConfig(eval_fraction=self.eval_fraction, salt=self.split_salt, stratify_by=tuple(self.stratify_by))
+
+
+class JudgePolicy(dg.ConfigurableResource):
+    """How the LLM judge runs and how much its labels count (the profile sets the defaults)."""
+
+    # Which judged tasks the splits keep: "accepted" (production) or "all" (the quickstart, whose random tiny
+    # model can only produce judge_error or noise: its labels are shown, not used).
+    use_labels: str = "accepted"
+    # Judge at most this many tasks per family (None: all); the others are labelled `not_judged`.
+    max_per_family: int | None = None
+    min_reference_correctness: int = 4
+    calibration_samples: int = 3  # judgments per audit item, for self-consistency
+    # Audit items per family (half accept, half reject where the set has both); None: the whole audit set.
+    calibration_per_family: int | None = None
+    calibration_temperature: float = 0.7
+    min_kappa: float = 0.6
+    min_accuracy: float = 0.8
+    max_false_accept: float = 0.15
+    max_judge_error: float = 0.05
+    price_in_per_1k: float = 0.0
+    price_out_per_1k: float = 0.0
+
+    def rule(self) -> AcceptanceRule:
+        return AcceptanceRule({"reference_correctness": self.min_reference_correctness})
+
+    def floors(self) -> CalibrationFloors:
+        return CalibrationFloors(
+            min_kappa=self.min_kappa,
+            min_accuracy=self.min_accuracy,
+            max_false_accept=self.max_false_accept,
+            max_judge_error=self.max_judge_error,
+        )
+
+    def prices(self) -> TokenPrices:
+        return TokenPrices(self.price_in_per_1k, self.price_out_per_1k)

@@ -19,10 +19,12 @@ from validators.tasks import TASK_FIELDS, task_problems
 FAMILIES = {"arithmetic", "json_extraction", "sql", "python_function", "tool_call"}
 ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
-    *("deduplicated_tasks", "train_tasks", "eval_tasks"),
+    *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
 }
 CHECKS = {
     ("seed_files_clean", True, "passed"),
+    # A random tiny model cannot agree with people: the quickstart reports it (a warning), it does not hide it.
+    ("judge_agreement", False, "WARN"),
     ("family_validity_floor", True, "passed"),
     ("no_eval_contamination", True, "passed"),
 }
@@ -123,6 +125,7 @@ def test_splits_keep_lineages_whole_and_export_for_trl(quickstart):
     deduplicated = read_table(settings.home / "deduplicated_tasks.parquet")
     train = read_table(settings.home / "train_tasks.parquet")
     evaluation = read_table(settings.home / "eval_tasks.parquet")
+    # The quickstart shows the judge's labels but does not filter on them (its model's labels are noise).
     assert len(train) + len(evaluation) == int((~deduplicated["is_duplicate"].astype(bool)).sum())
     train_roots = {lineage["seed_id"] for lineage in train["lineage"]}
     eval_roots = {lineage["seed_id"] for lineage in evaluation["lineage"]}
@@ -130,3 +133,14 @@ def test_splits_keep_lineages_whole_and_export_for_trl(quickstart):
     assert set(evaluation["family"]) == FAMILIES  # stratified: every family is evaluated
     exported = read_table(settings.home / "export" / "train.parquet")
     assert exported["task_id"].tolist() == train["task_id"].tolist()
+
+
+def test_the_judge_runs_end_to_end_and_its_errors_are_visible(quickstart):
+    settings, summary = quickstart
+    judged = read_table(settings.home / "judged_tasks.parquet")
+    verdicts = set(judged["judge_verdict"])
+    assert "not_judged" in verdicts and verdicts <= {"accept", "reject", "judge_error", "not_judged"}
+    assert asset(summary, "judged_tasks").metadata["llm_calls_made"] > 0
+    calibration = asset(summary, "judge_calibration").metadata
+    assert calibration["items"] == len(read_table(settings.home / "judge_calibration.parquet")) // 2  # 2 samples
+    assert "judge_error_rate" in calibration and "confusion" in calibration

@@ -60,10 +60,10 @@ def test_the_validity_floor_blocks_when_a_family_falls_below_it(settings, arithm
     assert Path(settings.home / "validated_tasks.parquet").exists()
 
 
-def labelled(tasks: list[dict]) -> list[dict]:
-    """Tasks as deduplicated_tasks holds them, none a duplicate."""
-    labels = {"is_duplicate": False, "duplicate_of": None, "dedup_kind": None}
-    return [{**t, **labels, "cluster_id": t["task_id"]} for t in tasks]
+def judged(tasks: list[dict]) -> list[dict]:
+    """Tasks as judged_tasks holds them, every one accepted by the judge."""
+    labels = {"judge_verdict": "accept", "judge_scores": None, "judge_failed": [], "judge_error": None}
+    return [{**t, **labels, "judge_rationale": "fine"} for t in tasks]
 
 
 def test_decontamination_blocks_an_eval_paraphrase_planted_in_training(settings):
@@ -81,7 +81,7 @@ def test_decontamination_blocks_an_eval_paraphrase_planted_in_training(settings)
         planted = {**eval_item, "task_id": task_id, "prompt": prompt, "lineage": lineage}
         if plan_splits([*tasks, planted], SplitConfig()).splits[-1] == "train":
             break
-    write_table(frame_from_records(labelled([*tasks, planted])), settings.home / "deduplicated_tasks.parquet")
+    write_table(frame_from_records(judged([*tasks, planted])), settings.home / "judged_tasks.parquet")
     summary = materialize(settings, "train_tasks")
     assert ("no_eval_contamination", False, "ERROR") in summary.checks
     offenders = summary.check_metadata["no_eval_contamination"]["offenders"]
@@ -89,7 +89,7 @@ def test_decontamination_blocks_an_eval_paraphrase_planted_in_training(settings)
 
 
 def test_decontamination_passes_on_a_clean_split(settings, arithmetic_seeds):
-    write_table(frame_from_records(labelled(arithmetic_seeds)), settings.home / "deduplicated_tasks.parquet")
+    write_table(frame_from_records(judged(arithmetic_seeds)), settings.home / "judged_tasks.parquet")
     summary = materialize(settings, "train_tasks")
     assert summary.success, summary.failures
     assert ("no_eval_contamination", True, "passed") in summary.checks

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import dagster as dg
 
@@ -12,10 +13,11 @@ from tests.paths import REPO
 
 ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
-    *("deduplicated_tasks", "train_tasks", "eval_tasks"),
+    *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
 }
 CHECKS = {
     ("seed_rejects", "seed_files_clean"),
+    ("judge_calibration", "judge_agreement"),
     ("validated_tasks", "family_validity_floor"),
     ("train_tasks", "no_eval_contamination"),
 }
@@ -58,3 +60,10 @@ def test_dagster_validates_the_workspace(settings):
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_judge_gate_blocks_only_in_production(settings):
+    for profile, blocking in (("quickstart", False), ("production", True)):
+        definitions = build_definitions(replace(settings, profile=profile))
+        [spec] = [s for s in definitions.resolve_asset_graph().asset_check_keys if s.name == "judge_agreement"]
+        assert definitions.resolve_asset_graph().get_check_spec(spec).blocking is blocking

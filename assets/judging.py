@@ -1,0 +1,184 @@
+"""Judging assets: an LLM judge scores tasks on a versioned rubric, calibrated against human labels first."""
+
+from collections import Counter
+
+import dagster as dg
+import pandas as pd
+
+from assets import groups
+from assets.metadata import count_table, markdown_table, preview, progress_logger
+from pipeline.resources import JudgePolicy, LLMEndpoint, SeedRepository
+from validators.judge import (
+    DEFAULT_RUBRIC,
+    AuditItem,
+    audit_labels,
+    calibrate,
+    judge_tasks,
+    load_audit_set,
+    self_consistency,
+)
+from validators.judge import check as check_calibration
+from validators.tables import records_from_frame
+from validators.tasks import TASK_FIELDS
+
+JUDGE_COLUMNS = ("judge_verdict", "judge_scores", "judge_failed", "judge_error", "judge_rationale")
+WORST_ROWS = 10
+CALIBRATION_NUMBERS = ("accuracy", "kappa", "false_accept_rate", "false_reject_rate")
+
+
+def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
+    """`judge_calibration` with its `judge_agreement` check: blocking (ERROR) in production; in the quickstart a
+    visible warning, since a random tiny model cannot agree with people and must not stop the demo."""
+
+    @dg.asset(
+        name="judge_calibration",
+        group_name=groups.JUDGING,
+        check_specs=[
+            dg.AssetCheckSpec(
+                "judge_agreement",
+                asset="judge_calibration",
+                blocking=blocking,
+                description="The judge agrees with the human labels of the audit set at least as much as the floors.",
+            )
+        ],
+    )
+    def judge_calibration(
+        context: dg.AssetExecutionContext, seeds: SeedRepository, llm: LLMEndpoint, judge: JudgePolicy
+    ):  # no return annotation: with a check spec the op has two outputs, and Dagster reads annotations per output
+        """The judge's agreement with human labels on the audit set, and with itself over repeated samples."""
+        items = _first_per_family(load_audit_set(seeds.folder / "audit"), judge.calibration_per_family)
+        run = judge_tasks(
+            [item.as_task() for item in items],
+            client=llm.client(),
+            rule=judge.rule(),
+            samples=judge.calibration_samples,
+            params={"temperature": judge.calibration_temperature},
+        )
+        calibration = calibrate(run.judgments, audit_labels(items))
+        consistency = self_consistency(run.judgments)
+        passed, reasons = check_calibration(calibration, judge.floors())
+        for reason in reasons:
+            context.log.warning(f"judge calibration: {reason}")
+        numbers = {k: v for k, v in calibration.as_dict().items() if v is not None}
+        return dg.MaterializeResult(
+            value=pd.DataFrame([j.as_dict() for j in run.judgments]),
+            metadata={
+                "items": len(items),
+                **{k: numbers[k] for k in CALIBRATION_NUMBERS if k in numbers},
+                "judge_error_rate": calibration.judge_error_rate,
+                "confusion": dg.MetadataValue.md(f"```\n{calibration.table()}\n```"),
+                "self_consistency": dg.MetadataValue.json(
+                    {"label_agreement": consistency.label_agreement, "unstable": list(consistency.unstable)}
+                ),
+                "llm": dg.MetadataValue.json(run.stats.as_dict(judge.prices())),
+            },
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name="judge_agreement",
+                    passed=passed,
+                    severity=dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN,
+                    description="meets the floors" if passed else "; ".join(reasons),
+                    metadata={"floors": dg.MetadataValue.json(judge.floors().__dict__), "kappa": numbers.get("kappa")},
+                )
+            ],
+        )
+
+    return judge_calibration
+
+
+@dg.asset(group_name=groups.JUDGING, deps=["judge_calibration"])
+def judged_tasks(
+    context: dg.AssetExecutionContext, deduplicated_tasks: pd.DataFrame, llm: LLMEndpoint, judge: JudgePolicy
+) -> dg.MaterializeResult[pd.DataFrame]:
+    """Non-duplicate tasks labelled by the LLM judge (`judge_verdict`: accept, reject, judge_error, not_judged)."""
+    kept = deduplicated_tasks[~deduplicated_tasks["is_duplicate"].astype(bool)].reset_index(drop=True)
+    tasks = records_from_frame(kept[list(TASK_FIELDS)])
+    chosen = _sample_per_family(tasks, judge.max_per_family)
+    run = judge_tasks(
+        [tasks[i] for i in chosen],
+        client=llm.client(),
+        rule=judge.rule(),
+        params={"temperature": 0.0},
+        progress=progress_logger(context, "judged"),
+    )
+    by_id = {j.task_id: j for j in run.judgments}
+    rows = []
+    for task in tasks:
+        j = by_id.get(task["task_id"])
+        rows.append(
+            {
+                "judge_verdict": j.verdict if j else "not_judged",
+                "judge_scores": j.scores if j else None,
+                "judge_failed": list(j.failed_criteria) if j else [],
+                "judge_error": j.error if j else None,
+                "judge_rationale": (j.rationale or j.raw) if j else None,
+            }
+        )
+    labelled = pd.concat([kept[list(TASK_FIELDS)], pd.DataFrame(rows, columns=JUDGE_COLUMNS)], axis=1)
+    judged = [j for j in run.judgments if j.scores]
+    return dg.MaterializeResult(
+        value=labelled,
+        metadata={
+            "rows": len(labelled),
+            "judged": len(run.judgments),
+            "verdicts": count_table(labelled["judge_verdict"], "verdict"),
+            "accept_rate": dg.MetadataValue.float(
+                sum(j.accepted is True for j in run.judgments) / len(run.judgments) if run.judgments else 0.0
+            ),
+            "accept_by_family": _accept_by_family(labelled),
+            "score_histograms": _histograms(judged),
+            "judge_errors": count_table((j.error for j in run.judgments if j.error), "error"),
+            "llm_calls_made": run.stats.calls,
+            "llm_calls_cached": run.stats.cached,
+            "llm": dg.MetadataValue.json(run.stats.as_dict(judge.prices())),
+            "worst": preview(_worst(labelled), ("task_id", "family", "judge_scores", "judge_rationale")),
+            "rubric": DEFAULT_RUBRIC.version,
+        },
+    )
+
+
+def _first_per_family(items: list[AuditItem], limit: int | None) -> list[AuditItem]:
+    """All audit items, or the first `limit` of each family (by id) - both human verdicts kept where present."""
+    if limit is None:
+        return items
+    taken: Counter[tuple[str, bool]] = Counter()
+    chosen = []
+    for item in sorted(items, key=lambda i: (i.family, not i.accept, i.id)):
+        if taken[(item.family, item.accept)] < max(1, limit // 2):
+            taken[(item.family, item.accept)] += 1
+            chosen.append(item)
+    return sorted(chosen, key=lambda i: i.id)
+
+
+def _sample_per_family(tasks: list[dict], limit: int | None) -> list[int]:
+    """Indexes of the tasks to judge: all, or the first `limit` of each family in task_id order (stable)."""
+    if limit is None:
+        return list(range(len(tasks)))
+    order = sorted(range(len(tasks)), key=lambda i: (tasks[i]["family"], tasks[i]["task_id"]))
+    taken: Counter[str] = Counter()
+    chosen = []
+    for i in order:
+        if taken[tasks[i]["family"]] < limit:
+            taken[tasks[i]["family"]] += 1
+            chosen.append(i)
+    return sorted(chosen)
+
+
+def _accept_by_family(labelled: pd.DataFrame) -> dg.MetadataValue:
+    table = pd.crosstab(labelled["family"], labelled["judge_verdict"]).reset_index()
+    return dg.MetadataValue.md(markdown_table(table.to_dict(orient="records"), list(table.columns)))
+
+
+def _histograms(judged: list) -> dg.MetadataValue:
+    """Counts of each score 1-5 per criterion, as a Markdown table."""
+    rows = []
+    for criterion in DEFAULT_RUBRIC.criteria:
+        counts = Counter(j.scores[criterion.name] for j in judged)
+        rows.append({"criterion": criterion.name, **{str(score): counts.get(score, 0) for score in range(1, 6)}})
+    return dg.MetadataValue.md(markdown_table(rows, ["criterion", "1", "2", "3", "4", "5"]))
+
+
+def _worst(labelled: pd.DataFrame) -> pd.DataFrame:
+    scored = labelled[labelled["judge_scores"].notna()]
+    totals = scored["judge_scores"].map(lambda scores: sum(scores.values()))
+    return scored.assign(total=totals).sort_values("total").head(WORST_ROWS)
