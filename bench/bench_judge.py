@@ -1,7 +1,7 @@
 """Judge throughput and cache-lookup overhead: `nice .venv/bin/python bench/bench_judge.py`.
 
-Throughput: the loopback fake OpenAI server (`generators.fake_server.FakeOpenAIServer`, started by this script
-with `--serve` in a child process so it does not share the judge's GIL) answers every request with a valid
+Throughput: the loopback fake OpenAI server (`generators.fake_server.fake_server_process`, a child process so it
+does not share the judge's GIL) answers every request with a valid
 judgment after a fixed latency standing in for model time. `judge_tasks` judges fresh tasks at concurrency 1
 (the baseline), 16 and 64; the figure that travels between machines is the speed-up over the baseline measured
 in the same run. Passing needs >= 40x at concurrency 64.
@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from generators.fake_server import FakeOpenAIServer  # noqa: E402
+from generators.fake_server import fake_server_process  # noqa: E402
 from generators.llm import CachedResponse, EndpointConfig, LLMCache, LLMClient  # noqa: E402
 from generators.llm.cache import payload_key, request_payload  # noqa: E402
 from validators.judge import DEFAULT_RUBRIC, JudgePrompt, judge_tasks  # noqa: E402
@@ -60,35 +58,6 @@ ANSWER = json.dumps(
     }
 )
 CACHE_INSERT_CHUNK = 10_000  # bounds memory: each stored request payload is ~5 KB of JSON
-
-
-def serve(latency_ms: float) -> None:
-    """The child process: a fake server that answers every request with a valid judgment."""
-    server = FakeOpenAIServer(latency_s=latency_ms / 1000, responder=lambda body: ANSWER).start()
-    sys.stdout.write(server.base_url + "\n")
-    sys.stdout.flush()
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-
-
-def start_server(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
-    """This script in `--serve` mode as a child process; returns it and its base URL."""
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--serve", "--latency-ms", str(latency_ms)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    base_url = proc.stdout.readline().strip()
-    if not base_url.startswith("http://"):
-        proc.kill()
-        raise RuntimeError(f"fake server did not start (printed {base_url!r})")
-    return proc, base_url
 
 
 def tasks(n: int, tag: str) -> list[dict[str, Any]]:
@@ -173,11 +142,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke test")
     parser.add_argument("--latency-ms", type=float, default=500.0, help="fake model time per request (>= 250)")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
-    if args.serve:
-        serve(args.latency_ms)
-        return 0
     # 16 "waves" at each concurrency level, so ramp-up and the last stragglers do not dominate; the
     # latency-bound baseline needs only a few judgments for a stable rate.
     sizes = {1: 6, 16: 64, 64: 256} if args.quick else {1: 16, 16: 256, 64: 1024}
@@ -185,19 +150,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        proc, base_url = start_server(0.0)
-        try:
+        with fake_server_process(0.0, reply=ANSWER) as base_url:
             throughput(base_url, 64, 64, folder / "warmup")  # imports, first connections
             ceiling = throughput(base_url, 64, sizes[64], folder / "ceiling")
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-        proc, base_url = start_server(args.latency_ms)
-        try:
+        with fake_server_process(args.latency_ms, reply=ANSWER) as base_url:
             runs = {c: throughput(base_url, c, n, folder / "latency") for c, n in sizes.items()}
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
         cache = cache_figures(n_cache, folder)
 
     base = runs[1]["per_second"]

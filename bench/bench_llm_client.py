@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,26 +31,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from generators.fake_server import fake_server_process  # noqa: E402
 from generators.llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
 from generators.llm.cache import payload_key, request_payload  # noqa: E402
 
 TARGETS = {32: 20.0, 64: 40.0}
-
-
-def start_server(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
-    """The fake server in a child process; returns it and its base URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "generators.fake_server", "--latency-ms", str(latency_ms)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    base_url = proc.stdout.readline().strip()
-    if not base_url.startswith("http://"):
-        proc.kill()
-        raise RuntimeError(f"fake server did not start (printed {base_url!r})")
-    return proc, base_url
 
 
 def requests(n: int, tag: str) -> list[ChatRequest]:
@@ -122,20 +106,12 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        proc, base_url = start_server(0.0)
-        try:
+        with fake_server_process(0.0) as base_url:
             throughput(base_url, 64, 64, folder / "warmup")  # imports, first connections
             ceiling = throughput(base_url, 64, sizes[64], folder / "ceiling")
             cache = cache_figures(base_url, n_cache, folder)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-        proc, base_url = start_server(args.latency_ms)
-        try:
+        with fake_server_process(args.latency_ms) as base_url:
             runs = {c: throughput(base_url, c, n, folder / "latency") for c, n in sizes.items()}
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
 
     base = runs[1]["per_second"]
     for run in runs.values():

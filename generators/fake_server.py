@@ -19,11 +19,13 @@ import argparse
 import json
 import logging
 import socket
+import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -292,13 +294,42 @@ def _completion(body: Mapping[str, Any], text: str) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def fake_server_process(latency_ms: float = 0.0, reply: str | None = None) -> Iterator[str]:
+    """This fake server in a child process (so it does not share the caller's GIL); yields its base URL.
+
+    Args:
+        latency_ms: added to every answered request.
+        reply: a fixed assistant text for every request (None: echo the last message).
+
+    Example:
+        >>> with fake_server_process(latency_ms=10) as base_url:  # doctest: +SKIP
+        ...     client = LLMClient(EndpointConfig(base_url=base_url, model="fake"))
+    """
+    command = [sys.executable, "-m", "generators.fake_server", "--latency-ms", str(latency_ms)]
+    if reply is not None:
+        command += ["--reply", reply]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        base_url = proc.stdout.readline().strip()
+        if not base_url.startswith("http://"):
+            raise RuntimeError(f"fake server did not start (printed {base_url!r})")
+        yield base_url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Serve until interrupted; writes `base_url` as the first line of stdout so scripts can read it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added to every answered request")
+    parser.add_argument("--reply", default=None, help="a fixed assistant text for every request (default: echo)")
     args = parser.parse_args(argv)
-    server = FakeOpenAIServer(latency_s=args.latency_ms / 1000, port=args.port).start()
+    responder = echo_responder if args.reply is None else (lambda body: args.reply)
+    server = FakeOpenAIServer(latency_s=args.latency_ms / 1000, responder=responder, port=args.port).start()
     sys.stdout.write(server.base_url + "\n")
     sys.stdout.flush()
     try:
