@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -56,15 +56,36 @@ class Generator(ABC):
 
     def reject(self, parent: Mapping[str, Any], code: str, detail: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """A reject row: which parent, which generator and params, and why (`code: detail`)."""
-        return {
-            "parent_id": parent["task_id"],
-            "seed_id": parent["lineage"]["seed_id"],
-            "family": parent["family"],
-            "generator": self.name,
-            "reason_code": code,
-            "reason": f"{code}: {detail}" if detail else code,
-            "params": canonical_json(dict(params)),
-        }
+        return reject_row(parent, self.name, code, detail, params)
+
+
+def reject_row(
+    parent: Mapping[str, Any], generator: str | None, code: str, detail: str, params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A generation reject: which parent, which generator (None: none applied) and params, and why."""
+    return {
+        "parent_id": parent["task_id"],
+        "seed_id": parent["lineage"]["seed_id"],
+        "family": parent["family"],
+        "generator": generator,
+        "reason_code": code,
+        "reason": f"{code}: {detail}" if detail else code,
+        "params": canonical_json(dict(params)),
+    }
+
+
+def last_user_index(prompt: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the last user message with non-empty text (the part of a task a generator rewrites), or None.
+
+    Example:
+        >>> last_user_index([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}])
+        1
+    """
+    for i in range(len(prompt) - 1, -1, -1):
+        message = prompt[i]
+        if message.get("role") == "user" and isinstance(message.get("content"), str) and message["content"].strip():
+            return i
+    return None
 
 
 def derive_task(

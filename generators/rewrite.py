@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from generators.base import GenerationResult, Generator, derive_task
+from generators.base import GenerationResult, Generator, derive_task, last_user_index
 from generators.llm import ChatRequest, ChatResult, LLMClient, parse_json_response
 from validators.verifiers.numeric import NumberFormatError, parse_number
 
@@ -279,20 +279,6 @@ def rewrite_problem(
         return "lost_content", f"numbers of the original missing from the rewrite: {_show(before - after)}"
     if gold in after and gold not in before:
         return "leaks_answer", f"the rewrite states the gold answer {_show([gold])}, the original did not"
-    return None
-
-
-def last_user_index(prompt: Sequence[Mapping[str, Any]]) -> int | None:
-    """Index of the last user message with non-empty text, or None.
-
-    Example:
-        >>> last_user_index([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}])
-        1
-    """
-    for i in range(len(prompt) - 1, -1, -1):
-        message = prompt[i]
-        if message.get("role") == "user" and isinstance(message.get("content"), str) and message["content"].strip():
-            return i
     return None
 
 

@@ -17,13 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from generators.base import GenerationResult, Generator
+from generators.base import GenerationResult, Generator, last_user_index, reject_row
 from generators.programmatic.arithmetic import ArithmeticResample
 from generators.programmatic.json_extraction import JsonExtractionResample
 from generators.programmatic.python_function import PythonFunctionRespec
 from generators.programmatic.sql import SqlLiteralSwap
 from generators.programmatic.tool_call import ToolCallResample
-from validators.tasks import canonical_json
 
 PROGRAMMATIC_GENERATORS: dict[str, Generator] = {
     "arithmetic": ArithmeticResample(),
@@ -65,17 +64,11 @@ def generate_variants(
     for parent in parents:
         generator = generators.get(parent["family"])
         if generator is None:
-            result.rejects.append(
-                {
-                    "parent_id": parent["task_id"],
-                    "seed_id": parent["lineage"]["seed_id"],
-                    "family": parent["family"],
-                    "generator": None,
-                    "reason_code": "no_generator",
-                    "reason": f"no_generator: no programmatic generator for family '{parent['family']}'",
-                    "params": canonical_json({}),
-                }
-            )
+            detail = f"no programmatic generator for family '{parent['family']}'"
+            result.rejects.append(reject_row(parent, None, "no_generator", detail, {}))
+            continue
+        if last_user_index(parent["prompt"]) is None:  # every generator rewrites the last user message
+            result.rejects.append(reject_row(parent, generator.name, "unsupported_seed", "no user message", {}))
             continue
         result.extend(generator.generate(parent, n=per_seed, random_seed=random_seed))
     return result

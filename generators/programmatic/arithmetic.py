@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from generators.base import GenerationResult, Generator, derive_task
+from generators.base import GenerationResult, Generator, derive_task, last_user_index
 
 MAX_ANSWER = 10**7
 MAX_MAGNITUDE_JUMP = 10
@@ -621,7 +621,8 @@ class ArithmeticResample(Generator):
                 new_question = re.sub(rf"\b{re.escape(rename[0])}\b", rename[1], new_question)
                 new_reference = re.sub(rf"\b{re.escape(rename[0])}\b", rename[1], new_reference)
             prompt = [dict(m) for m in parent["prompt"]]
-            prompt[_user_index(parent)] = {**prompt[_user_index(parent)], "content": new_question}
+            user = last_user_index(prompt)
+            prompt[user] = {**prompt[user], "content": new_question}
             verifier_params = {**parent["verifier"]["params"], "answer": _as_json_number(replayed.answer)}
             task = derive_task(
                 parent,
@@ -712,9 +713,5 @@ def _as_json_number(value: Fraction) -> int | float:
     return int(value) if value.denominator == 1 else float(value)
 
 
-def _user_index(task: Mapping[str, Any]) -> int:
-    return max(i for i, m in enumerate(task["prompt"]) if m["role"] == "user")
-
-
 def _user_message(task: Mapping[str, Any]) -> str:
-    return task["prompt"][_user_index(task)]["content"]
+    return task["prompt"][last_user_index(task["prompt"])]["content"]

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import jsonschema
 
-from generators.base import GenerationResult, Generator, derive_task
+from generators.base import GenerationResult, Generator, derive_task, last_user_index
 from validators.extract import extract_json
 
 ATTEMPTS_PER_VARIANT = 4
@@ -138,7 +138,7 @@ class JsonExtractionResample(Generator):
         out = GenerationResult()
         params = parent["verifier"]["params"]
         schema, expected = params["schema"], params.get("expected") or {}
-        user = max(i for i, m in enumerate(parent["prompt"]) if m["role"] == "user")
+        user = last_user_index(parent["prompt"])
         message = parent["prompt"][user]["content"]
         schema_text = json.dumps(schema, ensure_ascii=False)
         extraction = extract_json(parent.get("reference") or "")

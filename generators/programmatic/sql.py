@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-from generators.base import GenerationResult, Generator, derive_task
+from generators.base import GenerationResult, Generator, derive_task, last_user_index
 from validators.registry import VerifyContext
 from validators.verifiers.sql import QueryRefused, SqlTaskError, compare_results, resolve_database, run_query
 
@@ -155,7 +155,7 @@ class SqlLiteralSwap(Generator):
         out = GenerationResult()
         params = parent["verifier"]["params"]
         path = resolve_database(params["database"], self.context or VerifyContext())
-        user = max(i for i, m in enumerate(parent["prompt"]) if m["role"] == "user")
+        user = last_user_index(parent["prompt"])
         question = parent["prompt"][user]["content"]
         gold = params["gold_query"]
         try:

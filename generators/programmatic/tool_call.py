@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import jsonschema
 
-from generators.base import GenerationResult, Generator, derive_task
+from generators.base import GenerationResult, Generator, derive_task, last_user_index
 
 ATTEMPTS_PER_VARIANT = 5
 CITIES = (
@@ -204,7 +204,7 @@ class ToolCallResample(Generator):
         out = GenerationResult()
         params = parent["verifier"]["params"]
         expected = params["expected"]
-        user = max(i for i, m in enumerate(parent["prompt"]) if m["role"] == "user")
+        user = last_user_index(parent["prompt"])
         request = parent["prompt"][user]["content"]
         tool = next((t["function"] for t in params["tools"] if t["function"]["name"] == expected["name"]), None)
         schema = (tool or {}).get("parameters", {"type": "object"})
