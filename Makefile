@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 # The CPU build of torch; any other torch spec pulls a multi-GB CUDA build.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: quickstart test lint ui install install-dev clean
+# Debian packages the integration tests start on loopback: redis-server (the shared dedup index).
+SYSTEM_PACKAGES := redis-server
+
+.PHONY: quickstart test lint ui install install-dev system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +29,16 @@ install-dev: $(VENV)/.installed-dev
 quickstart: install
 	$(BIN)/seedwheel run --profile quickstart
 
-test: install-dev
+# Installs what is missing when it can (root with apt-get); otherwise the tests that need it skip and say so.
+system-deps:
+	@missing=""; for pkg in $(SYSTEM_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing >/dev/null; \
+		else echo "missing system packages:$$missing (apt-get install$$missing); the tests that need them will skip"; fi; \
+	fi
+
+test: install-dev system-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest

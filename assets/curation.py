@@ -128,7 +128,7 @@ def deduplicated_tasks(
 ) -> dg.MaterializeResult:
     """Validated tasks labelled `is_duplicate`, `cluster_id`, `duplicate_of` (exact + MinHash, and vs past runs)."""
     config = policy.minhash_config()
-    index = DedupIndex.open(storage.path("dedup_index") / config.name, config)
+    index = DedupIndex.open(storage.path("dedup_index") / config.name, config, storage_config=policy.lsh_storage())
     if index.rebuilt:
         context.log.warning(f"dedup index rebuilt from scratch: {index.rebuild_reason}")
     indexed_before = len(index)

@@ -1,29 +1,44 @@
 """Judging assets: an LLM judge scores tasks on a versioned rubric, calibrated against human labels first."""
 
 from collections import Counter
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, progress_logger
+from assets.plots import bar_chart
 from pipeline.resources import JudgePolicy, LLMEndpoint, SeedRepository
 from validators.judge import (
     DEFAULT_RUBRIC,
+    LABEL_PARAMS,
     AuditItem,
+    JudgeHistoryError,
+    JudgeSetup,
+    accept_rate,
     audit_labels,
     calibrate,
+    describe_change,
     judge_tasks,
     load_audit_set,
+    load_setup,
+    lowest_score_counts,
+    save_setup,
+    score_counts,
     self_consistency,
 )
 from validators.judge import check as check_calibration
+from validators.judge.rubric import SCORES
+from validators.splits import first_per_family
 from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
 JUDGE_COLUMNS = ("judge_verdict", "judge_scores", "judge_failed", "judge_error", "judge_rationale")
 WORST_ROWS = 10
 CALIBRATION_NUMBERS = ("accuracy", "kappa", "false_accept_rate", "false_reject_rate")
+# Under the LLM cache folder: which judge setup the cached labels came from (validators.judge.history).
+HISTORY_DIR = "judge_history"
 
 
 def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
@@ -93,14 +108,16 @@ def judged_tasks(
     """Non-duplicate tasks labelled by the LLM judge (`judge_verdict`: accept, reject, judge_error, not_judged)."""
     kept = deduplicated_tasks[~deduplicated_tasks["is_duplicate"].astype(bool)].reset_index(drop=True)
     tasks = records_from_frame(kept[list(TASK_FIELDS)])
-    chosen = _sample_per_family(tasks, judge.max_per_family)
+    chosen = first_per_family(tasks, judge.max_per_family)
     run = judge_tasks(
         [tasks[i] for i in chosen],
         client=llm.client(),
         rule=judge.rule(),
-        params={"temperature": 0.0},
+        params=LABEL_PARAMS,
         progress=progress_logger(context, "judged"),
     )
+    history = Path(llm.cache_dir) / HISTORY_DIR / "judged_tasks.json"
+    rejudged = _rejudged(context, history, run.setup)
     by_id = {j.task_id: j for j in run.judgments}
     rows = []
     for task in tasks:
@@ -115,26 +132,45 @@ def judged_tasks(
             }
         )
     labelled = pd.concat([kept[list(TASK_FIELDS)], pd.DataFrame(rows, columns=JUDGE_COLUMNS)], axis=1)
-    judged = [j for j in run.judgments if j.scores]
+    counts = score_counts(run.judgments, DEFAULT_RUBRIC)
+    lowest = lowest_score_counts(run.judgments, {t["task_id"]: t["family"] for t in tasks})
+    save_setup(history, run.setup)  # only once the run succeeded: a failed run leaves the previous record
     return dg.MaterializeResult(
         value=labelled,
         metadata={
             "rows": len(labelled),
             "judged": len(run.judgments),
+            "rejudged": rejudged,
             "verdicts": count_table(labelled["judge_verdict"], "verdict"),
-            "accept_rate": dg.MetadataValue.float(
-                sum(j.accepted is True for j in run.judgments) / len(run.judgments) if run.judgments else 0.0
-            ),
+            "accept_rate": dg.MetadataValue.float(accept_rate(run.judgments)),
             "accept_by_family": _accept_by_family(labelled),
-            "score_histograms": _histograms(judged),
+            "score_histograms": _histograms(counts),
+            "score_plot": bar_chart(_by_score(counts), title="scores per criterion", xlabel="score", ylabel="tasks"),
+            "lowest_score_plot": bar_chart(
+                _by_score(lowest), title="lowest criterion score per task, by family", xlabel="score", ylabel="tasks"
+            ),
             "judge_errors": count_table((j.error for j in run.judgments if j.error), "error"),
             "llm_calls_made": run.stats.calls,
             "llm_calls_cached": run.stats.cached,
             "llm": dg.MetadataValue.json(run.stats.as_dict(judge.prices())),
+            "judge_setup": dg.MetadataValue.json(run.setup.as_dict()),
             "worst": preview(_worst(labelled), ("task_id", "family", "judge_scores", "judge_rationale")),
-            "rubric": DEFAULT_RUBRIC.version,
+            "rubric": DEFAULT_RUBRIC.label,
         },
     )
+
+
+def _rejudged(context: dg.AssetExecutionContext, history: Path, setup: JudgeSetup) -> str:
+    """Why this run did or did not re-judge every task: `first run`, `unchanged`, or what changed since the last."""
+    try:
+        previous = load_setup(history)
+    except JudgeHistoryError as exc:
+        context.log.warning(str(exc))
+        return "unknown: the previous judge setup could not be read (see the log)"
+    change = describe_change(previous, setup)
+    if previous is not None and change != "unchanged":
+        context.log.info(f"every task is judged again, since the judge changed: {change}")
+    return change
 
 
 def _first_per_family(items: list[AuditItem], limit: int | None) -> list[AuditItem]:
@@ -150,32 +186,20 @@ def _first_per_family(items: list[AuditItem], limit: int | None) -> list[AuditIt
     return sorted(chosen, key=lambda i: i.id)
 
 
-def _sample_per_family(tasks: list[dict], limit: int | None) -> list[int]:
-    """Indexes of the tasks to judge: all, or the first `limit` of each family in task_id order (stable)."""
-    if limit is None:
-        return list(range(len(tasks)))
-    order = sorted(range(len(tasks)), key=lambda i: (tasks[i]["family"], tasks[i]["task_id"]))
-    taken: Counter[str] = Counter()
-    chosen = []
-    for i in order:
-        if taken[tasks[i]["family"]] < limit:
-            taken[tasks[i]["family"]] += 1
-            chosen.append(i)
-    return sorted(chosen)
-
-
 def _accept_by_family(labelled: pd.DataFrame) -> dg.MetadataValue:
     table = pd.crosstab(labelled["family"], labelled["judge_verdict"]).reset_index()
     return dg.MetadataValue.md(markdown_table(table.to_dict(orient="records"), list(table.columns)))
 
 
-def _histograms(judged: list) -> dg.MetadataValue:
+def _histograms(counts: dict[str, dict[int, int]]) -> dg.MetadataValue:
     """Counts of each score 1-5 per criterion, as a Markdown table."""
-    rows = []
-    for criterion in DEFAULT_RUBRIC.criteria:
-        counts = Counter(j.scores[criterion.name] for j in judged)
-        rows.append({"criterion": criterion.name, **{str(score): counts.get(score, 0) for score in range(1, 6)}})
-    return dg.MetadataValue.md(markdown_table(rows, ["criterion", "1", "2", "3", "4", "5"]))
+    rows = [{"criterion": name, **_by_score(counts)[name]} for name in counts]
+    return dg.MetadataValue.md(markdown_table(rows, ["criterion", *(str(score) for score in SCORES)]))
+
+
+def _by_score(counts: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:
+    """`{series: {score: n}}` with the scores as labels, in order 1-5 (what `bar_chart` and the tables take)."""
+    return {name: {str(score): n for score, n in by_score.items()} for name, by_score in counts.items()}
 
 
 def _worst(labelled: pd.DataFrame) -> pd.DataFrame:

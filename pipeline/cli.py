@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -42,6 +44,11 @@ def run(profile: str | None, select: str | None, home: Path | None) -> None:
         click.echo(f"check {name}: {'passed' if passed else f'failed ({severity})'}")
     for failure in summary.failures:
         click.echo(f"step failed: {failure}", err=True)
+    for asset in summary.assets:
+        if asset.key == "promotion":
+            decision = asset.metadata
+            click.echo(f"\npromotion: {decision['decision']}: {decision['candidate']} vs {decision['baseline']}")
+            click.echo(str(decision["reasons"]))
     click.echo(f"\nRuns are recorded in {settings.dagster_home}. Open the UI: make ui (or seedwheel ui), then")
     click.echo(f"http://{UI_HOST}:3000. Read outputs with pandas: validators.tables.read_table(path).")
     if not summary.success:
@@ -133,10 +140,116 @@ def dedup(input_path: Path, text_field: str, threshold: float | None, output: Pa
 
 
 @main.command()
+@click.option(
+    "--tasks",
+    "tasks_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Task records: a JSONL file, a Parquet table from the pipeline, or seed files (a folder or a .yaml).",
+)
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Judgments: .jsonl or .parquet.")
+@click.option("--base-url", default=None, help="Judge endpoint; default $SEEDWHEEL_LLM_BASE_URL, else a local server.")
+@click.option("--model", default=None, help="Judge model. Default: $SEEDWHEEL_LLM_MODEL, else the profile's.")
+@click.option("--max-tasks", type=click.IntRange(min=1), default=None, help="Judge only the file's first N tasks.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Requests in flight (profile's).")
+@click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst-scored tasks to show.")
+@click.option("--profile", type=click.Choice(PROFILES), help="Default: $SEEDWHEEL_PROFILE, else quickstart.")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+def judge(
+    tasks_path: Path,
+    out: Path | None,
+    base_url: str | None,
+    model: str | None,
+    max_tasks: int | None,
+    concurrency: int | None,
+    worst: int,
+    profile: str | None,
+    home: Path | None,
+) -> None:
+    """Score a task file with the LLM judge, outside Dagster, to iterate on the rubric quickly.
+
+    It judges as the pipeline's judged_tasks does (same endpoint settings, rubric, acceptance rule and params)
+    through the same cache, <home>/llm_cache: what is judged here costs the next run nothing, and the reverse.
+    Prints verdicts, the accept rate, score counts per criterion, the worst-scored tasks with the judge's
+    rationale, and the calls made versus answered from the cache.
+    """
+    from generators.llm import CallBudgetExceeded, EndpointRejected, EndpointUnavailable, MissingAPIKey
+    from pipeline.definitions import build_definitions  # Dagster loads slowly; keep `seedwheel --help` fast
+    from training.serving import MissingServingDependencyError, ModelServerError
+    from training.tiny_model import TinyModelError
+    from validators.audit import AuditInputError, load_tasks
+    from validators.judge import DEFAULT_RUBRIC, LABEL_PARAMS, JudgeInputError, format_summary, judge_tasks
+    from validators.registry import VerifyContext
+    from validators.tables import frame_from_records, write_jsonl, write_table
+
+    if out is not None and out.suffix not in (".jsonl", ".parquet"):
+        raise click.BadParameter(f"{out} must end in .jsonl or .parquet (the format to write)", param_hint="--out")
+    settings = Settings.from_env(profile=profile, home=home)
+    overrides = {"llm_base_url": base_url, "llm_model": model}
+    settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    settings.register_verifier_plugins()
+    try:
+        tasks = list(load_tasks(tasks_path, context=VerifyContext(seeds_dir=settings.seeds_dir)).values())
+    except AuditInputError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not tasks:
+        raise click.ClickException(f"{tasks_path}: no tasks to judge; give a file with at least one task record")
+    tasks = tasks[:max_tasks]
+    resources = build_definitions(settings).resources
+    llm, policy = resources["llm"], resources["judge"]
+    if concurrency is not None:
+        llm = type(llm)(**{**llm.model_dump(), "max_concurrency": concurrency})
+    try:
+        endpoint = llm.endpoint()
+    except ValueError as exc:  # the endpoint config checks itself: a malformed URL, no model for a remote URL
+        raise click.UsageError(str(exc)) from exc
+    click.echo(f"seedwheel judge: {len(tasks)} tasks from {tasks_path} on {endpoint}", err=True)
+    try:
+        with endpoint:
+            run = judge_tasks(
+                tasks, client=endpoint.client(), rule=policy.rule(), params=LABEL_PARAMS, progress=_progress("judged")
+            )
+    except JudgeInputError as exc:
+        raise click.ClickException(f"{tasks_path}: {exc}") from exc
+    except (
+        MissingAPIKey,
+        EndpointRejected,
+        EndpointUnavailable,
+        CallBudgetExceeded,
+        ModelServerError,
+        MissingServingDependencyError,
+        TinyModelError,
+    ) as exc:  # the endpoint, not the tasks: the message names it and the fix
+        raise click.ClickException(str(exc)) from exc
+    family_of = {task["task_id"]: task.get("family", "?") for task in tasks}
+    if out is not None:
+        rows = [{"task_id": j.task_id, "family": family_of[j.task_id], **j.as_dict()} for j in run.judgments]
+        if out.suffix == ".parquet":
+            write_table(frame_from_records(rows), out)
+        else:
+            write_jsonl(rows, out)
+        click.echo(f"{len(rows)} judgments -> {out}", err=True)
+    click.echo(format_summary(run, DEFAULT_RUBRIC, family_of, worst_n=worst))
+
+
+def _progress(what: str) -> Callable[[int, int], None]:
+    """`progress(done, total)` for long batches: a line on stderr about every tenth."""
+    last = [-1]
+
+    def progress(done: int, total: int) -> None:
+        step = done * 10 // max(total, 1)
+        if step != last[0]:
+            last[0] = step
+            click.echo(f"{what} {done}/{total}", err=True)
+
+    return progress
+
+
+@main.command()
 @click.option("--port", default=3000, show_default=True)
 def ui(port: int) -> None:
     """Open the Dagster UI on this project (`dagster dev`, which also runs schedules and sensors)."""
-    from pipeline.runs import open_instance
+    from pipeline.instance import open_instance
 
     settings = Settings.from_env()
     open_instance(settings).dispose()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import curation, generation, judging, seeds
+from assets import curation, evaluation, generation, groups, judging, seeds, training
+from pipeline.instance import EXCLUSIVE_TAG
 from pipeline.resources import (
     CurationPolicy,
     JudgePolicy,
     LLMEndpoint,
+    PromotionGate,
     SeedRepository,
     StorageRoot,
+    TrainingPolicy,
     VariantPlan,
 )
 from pipeline.settings import Settings
@@ -19,17 +22,28 @@ from pipeline.storage import TableStorage
 flywheel_job = dg.define_asset_job(
     "flywheel_job", selection=dg.AssetSelection.all(), description="The whole flywheel: every asset, in order."
 )
+# Seeds -> splits, without training: what the nightly schedule runs. Its cost follows what changed, because LLM
+# calls are cached and the dedup index persists between runs.
+REGENERATION = dg.AssetSelection.groups(groups.SEEDS, groups.GENERATION, groups.CURATION, groups.JUDGING)
+regeneration_job = dg.define_asset_job(
+    "regeneration_job",
+    selection=REGENERATION,
+    description="Seeds to train/eval splits (no training): the nightly regeneration.",
+    # One regeneration at a time: the instance's run queue holds a second one (see INSTANCE_YAML).
+    tags={EXCLUSIVE_TAG: "regeneration"},
+)
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
     """Definitions wired to `settings` (storage root, seeds folder, profile, user verifiers)."""
     settings.register_verifier_plugins()  # also in each step process, which re-imports this code location
-    modules = [seeds, generation, curation, judging]
+    modules = [seeds, generation, curation, judging, training, evaluation]
     production = settings.profile == "production"
     return dg.Definitions(
         assets=[*dg.load_assets_from_modules(modules), judging.build_judge_calibration(blocking=production)],
         asset_checks=dg.load_asset_checks_from_modules(modules),
-        jobs=[flywheel_job],
+        jobs=[flywheel_job, regeneration_job],
+        schedules=[_nightly_regeneration(settings)],
         resources={
             "io_manager": TableStorage(root=str(settings.home)),
             "seeds": SeedRepository(path=str(settings.seeds_dir)),
@@ -38,6 +52,11 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             "policy": CurationPolicy(),
             "storage": StorageRoot(root=str(settings.home)),
             "judge": _judge_policy(settings),
+            "training": _training_policy(settings),
+            "gate": _promotion_gate(settings),
+            # Training runs in a child process (`python -m training.grpo_job`); on a cluster, swap in
+            # dagster-k8s's PipesK8sClient with the same job config (README, "Scaling out").
+            "pipes": dg.PipesSubprocessClient(),
         },
     )
 
@@ -74,3 +93,55 @@ def _judge_policy(settings: Settings) -> JudgePolicy:
     # The tiny random model's labels are noise: shown in metadata, not used to filter; a sample per family
     # keeps the quickstart to a few minutes on 2 cores.
     return JudgePolicy(use_labels="all", max_per_family=2, calibration_per_family=2, calibration_samples=2)
+
+
+def _training_policy(settings: Settings) -> TrainingPolicy:
+    shared = {
+        "base_model": settings.base_model,
+        "work_dir": str(settings.home / "local_model"),
+        "seeds_path": str(settings.seeds_dir),
+    }
+    if settings.profile == "production":
+        grpo = {"num_generations": 8, "max_completion_length": 1024, "max_prompt_tokens": 2048, "save_steps": 50}
+        return TrainingPolicy(**shared, grpo=grpo)
+    # The tiny random model on 2 CPU cores: a short SFT warm-up, a few GRPO steps, no difficulty profile (a
+    # random policy never solves a task, so every task would be "never solved" and GRPO would get nothing).
+    grpo = {
+        "max_steps": 6,
+        "num_generations": 2,
+        "per_device_train_batch_size": 4,
+        "max_completion_length": 16,
+        "max_prompt_tokens": 1024,
+        "save_steps": 3,
+    }
+    return TrainingPolicy(
+        **shared,
+        sft_max_steps=10,
+        sft_learning_rate=1e-3,
+        sft_batch_size=4,
+        sft_max_length=1024,
+        difficulty_profile=False,
+        runtime="cpu",
+        grpo=grpo,
+    )
+
+
+def _promotion_gate(settings: Settings) -> PromotionGate:
+    registry = str(settings.home / "promotion" / "promoted.json")
+    if settings.profile == "production":
+        return PromotionGate(registry_path=registry)
+    # A sample of each family, short answers: the decision is real, the tiny model's numbers are noise.
+    return PromotionGate(registry_path=registry, samples=2, max_new_tokens=32, max_per_family=4)
+
+
+def _nightly_regeneration(settings: Settings) -> dg.ScheduleDefinition:
+    """The nightly schedule: on by default in production; in the quickstart, switched on in the UI when wanted."""
+    running = settings.profile == "production"
+    return dg.ScheduleDefinition(
+        name="nightly_regeneration",
+        job=regeneration_job,
+        cron_schedule=settings.nightly_cron,
+        execution_timezone=settings.timezone,
+        default_status=dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED,
+        description="Regenerate seeds -> splits nightly; cached LLM calls and the dedup index keep it incremental.",
+    )

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from generators.llm import EndpointConfig, LLMCache, LLMClient
+from generators.llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
 from generators.rewrite import REWRITE_KINDS
+from training.promotion import PromotionPolicy, PromotionRegistry
+from training.reward_audit import RewardAuditPolicy
 from training.serving import ModelServer
 from training.tiny_model import build_quickstart_model, quickstart_model_dir, seed_texts
 from validators.dedup import MinHashConfig
@@ -73,33 +77,34 @@ class LLMEndpoint(dg.ConfigurableResource):
     work_dir: str
     seeds_path: str
 
-    _stack: ExitStack | None = PrivateAttr(default=None)
-    _server: ModelServer | None = PrivateAttr(default=None)
+    _endpoint: Endpoint | None = PrivateAttr(default=None)
 
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[LLMEndpoint]:
-        with ExitStack() as stack:
-            self._stack = stack
+        with self.endpoint() as endpoint:
+            self._endpoint = endpoint
             try:
                 yield self
             finally:
-                self._stack = None
-                self._server = None
+                self._endpoint = None
 
     def client(self) -> LLMClient:
         """A client for this endpoint. Without a `base_url`, the local server starts only when a request misses
         the cache, so a fully cached rerun starts nothing."""
-        if self.base_url:
-            return LLMClient(self._config(self.base_url, self.model), self._cache())
-        if self._stack is None:
-            raise RuntimeError("LLMEndpoint.client() is only available while a step runs")
-        model = self.model or str(quickstart_model_dir(self._models_dir(), seed_texts(self.seeds_path)))
-        # Any loopback URL: the cache keys a loopback endpoint without its port, and `connect` sets the real one.
-        return LLMClient(self._config("http://127.0.0.1:1/v1", model), self._cache(), connect=self._start_server)
+        if self._endpoint is None:
+            raise RuntimeError(
+                "LLMEndpoint.client() is only available while a step runs; outside Dagster use "
+                "`with llm.endpoint() as endpoint: endpoint.client()`"
+            )
+        return self._endpoint.client()
 
-    def _config(self, base_url: str, model: str) -> EndpointConfig:
-        return EndpointConfig(
-            base_url=base_url,
+    def endpoint(self) -> Endpoint:
+        """This endpoint as a plain `generators.llm.Endpoint` (no Dagster), e.g. for `seedwheel judge`."""
+        model = self.model
+        if not model and not self.base_url:  # the quickstart's tiny model, named before it is built
+            model = str(quickstart_model_dir(self._models_dir(), seed_texts(self.seeds_path)))
+        config = EndpointConfig(
+            base_url=self.base_url or LOCAL_PLACEHOLDER_URL,
             model=model,
             api_key_env=self.api_key_env,
             max_concurrency=self.max_concurrency,
@@ -109,19 +114,17 @@ class LLMEndpoint(dg.ConfigurableResource):
             temperature=self.temperature,
             max_tokens=self.max_tokens,
         )
-
-    def _cache(self) -> LLMCache:
-        return LLMCache(self.cache_dir)
+        return Endpoint(config, cache_dir=self.cache_dir, local_server=None if self.base_url else self._local_server)
 
     def _models_dir(self) -> Path:
         return Path(self.work_dir) / "models"
 
-    def _start_server(self) -> str:
-        if self._server is None:
-            model = self.model or str(build_quickstart_model(self._models_dir(), self.seeds_path))
-            server = ModelServer(model, log_dir=Path(self.work_dir) / "logs", backend=self.local_backend)  # type: ignore[arg-type]
-            self._server = self._stack.enter_context(server)  # type: ignore[union-attr]
-        return self._server.base_url
+    @contextmanager
+    def _local_server(self) -> Iterator[str]:
+        model = self.model or str(build_quickstart_model(self._models_dir(), self.seeds_path))
+        log_dir = Path(self.work_dir) / "logs"
+        with ModelServer(model, log_dir=log_dir, backend=self.local_backend) as server:  # type: ignore[arg-type]
+            yield server.base_url
 
 
 class VariantPlan(dg.ConfigurableResource):
@@ -162,11 +165,26 @@ class CurationPolicy(dg.ConfigurableResource):
     eval_fraction: float = 0.2
     split_salt: str = "seedwheel-split-v1"
     stratify_by: list[str] = Field(default_factory=lambda: ["family"])
+    # Where the LSH band tables live: empty keeps them in memory (recomputed from the stored signatures); a
+    # redis:// URL shares them between workers (README, "Scaling out"); needs the `redis` extra.
+    lsh_redis_url: str = ""
 
     def minhash_config(self) -> MinHashConfig:
         return MinHashConfig(
             shingle_size=self.shingle_size, num_perm=self.num_perm, threshold=self.threshold, seed=self.minhash_seed
         )
+
+    def lsh_storage(self) -> dict[str, Any] | None:
+        """datasketch's storage config for the LSH tables, from `lsh_redis_url` (None: in memory)."""
+        if not self.lsh_redis_url:
+            return None
+        url = urlparse(self.lsh_redis_url)
+        if url.scheme != "redis" or not url.hostname:
+            raise ValueError(f"lsh_redis_url {self.lsh_redis_url!r} must look like redis://host:6379/0")
+        connection = {"host": url.hostname, "port": url.port or 6379, "db": int(url.path.strip("/") or 0)}
+        if url.password:
+            connection["password"] = url.password
+        return {"type": "redis", "redis": connection}
 
     def split_config(self) -> SplitConfig:
         return SplitConfig(eval_fraction=self.eval_fraction, salt=self.split_salt, stratify_by=tuple(self.stratify_by))
@@ -205,3 +223,80 @@ class JudgePolicy(dg.ConfigurableResource):
 
     def prices(self) -> TokenPrices:
         return TokenPrices(self.price_in_per_1k, self.price_out_per_1k)
+
+
+class TrainingPolicy(dg.ConfigurableResource):
+    """What the training stage does: the base model, the reward, and which optional stages run (profile defaults).
+
+    `grpo` takes any `SeedwheelGRPOConfig` field (every `trl.GRPOConfig` field included: `loss_type`,
+    `epsilon_high`, `importance_sampling_level`, `beta`, `num_generations`, `max_steps`, `use_vllm`, ...); it is
+    passed to the training job as is, so the config in the UI's launchpad is the config the trainer sees.
+    """
+
+    # A model directory or hub id; empty: the tiny model built from the seed texts (the quickstart, offline).
+    base_model: str = ""
+    work_dir: str  # tiny models and training runs live here
+    seeds_path: str
+    reward_weights: dict[str, float] = Field(default_factory=lambda: {"*": 1.0})
+    # The reward audit (blocking): floors on agreement with the labelled audit set, and the probes' ceiling.
+    audit_min_agreement: float = 0.9
+    audit_max_false_accept: float = 0.05
+    audit_max_false_reject: float = 0.1
+    audit_max_probe_score: float = 0.1
+    # SFT warm-up on the training tasks' references, for a policy that cannot produce the format yet.
+    sft: bool = True
+    sft_max_steps: int = 200
+    sft_learning_rate: float = 2e-5
+    sft_batch_size: int = 8
+    sft_max_length: int = 2048
+    sft_use_lora: bool = False
+    # Offline dynamic sampling: the starting policy samples k completions per task; always- and never-solved
+    # tasks carry no GRPO signal (every group has zero reward variance) and are left out.
+    difficulty_profile: bool = True
+    difficulty_k: int = 8
+    difficulty_max_new_tokens: int = 512
+    # GRPO: "auto" picks CPU settings without a GPU and vLLM (colocate) on one; "cpu" or "none" as in grpo_job.
+    runtime: str = "auto"
+    grpo: dict[str, Any] = Field(default_factory=dict)
+
+    def model(self) -> str:
+        """The base model, building the tiny quickstart model first when none is configured."""
+        if self.base_model:
+            return self.base_model
+        return str(build_quickstart_model(Path(self.work_dir) / "models", self.seeds_path))
+
+    def audit_policy(self) -> RewardAuditPolicy:
+        return RewardAuditPolicy(
+            min_agreement=self.audit_min_agreement,
+            max_false_accept_rate=self.audit_max_false_accept,
+            max_false_reject_rate=self.audit_max_false_reject,
+            max_probe_score=self.audit_max_probe_score,
+        )
+
+
+class PromotionGate(dg.ConfigurableResource):
+    """How a checkpoint is evaluated against the baseline, and what it must show to be promoted."""
+
+    samples: int = 4  # completions per eval task and model (pass@1 is their mean; pass@k for k = samples)
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    seed: int = 0
+    max_per_family: int | None = None  # evaluate at most this many eval tasks per family (None: all)
+    min_improvement: float = 0.0
+    max_family_regression: float = 0.05
+    family_rule: str = "mean"
+    min_tasks: int = 20
+    min_family_tasks: int = 5
+    registry_path: str  # the promotion record: the next run's baseline is its current model
+
+    def policy(self) -> PromotionPolicy:
+        return PromotionPolicy(
+            min_improvement=self.min_improvement,
+            max_family_regression=self.max_family_regression,
+            family_rule=self.family_rule,  # type: ignore[arg-type]  (checked by PromotionPolicy)
+            min_tasks=self.min_tasks,
+            min_family_tasks=self.min_family_tasks,
+        )
+
+    def registry(self) -> PromotionRegistry:
+        return PromotionRegistry(self.registry_path)

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.asset_selection import DagsterInvalidAssetSelectionError
 
 from pipeline.definitions import build_definitions
+from pipeline.instance import open_instance
 from pipeline.settings import Settings
-
-# Offline machines must not try to send telemetry; runs stay in a local SQLite-backed instance.
-INSTANCE_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
-
-
-def open_instance(settings: Settings) -> dg.DagsterInstance:
-    """The persistent instance at `settings.dagster_home`, created on first use."""
-    settings.dagster_home.mkdir(parents=True, exist_ok=True)
-    config = settings.dagster_home / "dagster.yaml"
-    if not config.exists():
-        config.write_text(INSTANCE_YAML, encoding="utf-8")
-    return dg.DagsterInstance.from_config(str(settings.dagster_home))
 
 
 @dataclass(frozen=True)
@@ -43,8 +35,13 @@ class RunSummary:
     failures: list[str] = field(default_factory=list)
 
 
-def materialize(settings: Settings, select: str | None = None) -> RunSummary:
+def materialize(
+    settings: Settings, select: str | None = None, resources: Mapping[str, Mapping[str, Any]] | None = None
+) -> RunSummary:
     """Materialize the selected assets (all when `select` is None; Dagster selection syntax otherwise).
+
+    `resources` sets resource fields for this run, as the UI's launchpad does, e.g.
+    `{"training": {"difficulty_k": 4}}`; fields not given keep the profile's values.
 
     Raises:
         ValueError: when the selection matches no asset.
@@ -52,7 +49,13 @@ def materialize(settings: Settings, select: str | None = None) -> RunSummary:
     defs = build_definitions(settings)
     job = defs.resolve_implicit_global_asset_job_def()
     # A multi-asset (seed_tasks + seed_rejects) runs whole: selecting one output brings its siblings.
-    selection = dg.AssetSelection.all() if select is None else dg.AssetSelection.from_string(select)
+    try:
+        selection = dg.AssetSelection.all() if select is None else dg.AssetSelection.from_string(select)
+    except DagsterInvalidAssetSelectionError:
+        raise ValueError(
+            f"--select {select!r} is not a Dagster asset selection; e.g. 'promotion', 'seed_tasks+', "
+            "'group:training', or 'key:checkpoint_eval or key:promotion'"
+        ) from None
     selection = selection.required_multi_asset_neighbors()
     try:
         keys = sorted(selection.resolve(defs.resolve_asset_graph()))
@@ -62,7 +65,10 @@ def materialize(settings: Settings, select: str | None = None) -> RunSummary:
         raise ValueError(f"--select {select!r} matches no asset; try e.g. 'seed_tasks+' or 'group:seeds'")
     with open_instance(settings) as instance:
         result = job.execute_in_process(
-            run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+            run_config={
+                "loggers": {"console": {"config": {"log_level": "INFO"}}},
+                "resources": _resource_config(defs, resources or {}),
+            },
             instance=instance,
             asset_selection=keys,
             raise_on_error=False,
@@ -81,5 +87,26 @@ def materialize(settings: Settings, select: str | None = None) -> RunSummary:
         summary.check_metadata[evaluation.check_name] = {k: v.value for k, v in evaluation.metadata.items()}
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data.error:
-            summary.failures.append(f"{event.step_key}: {event.step_failure_data.error.message.strip()}")
+            error = event.step_failure_data.error
+            while error.cause is not None:  # Dagster wraps an error raised in an asset: report the asset's own
+                error = error.cause
+            summary.failures.append(f"{event.step_key}: {error.message.strip()}")
     return summary
+
+
+def _resource_config(defs: dg.Definitions, overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Run config for the overridden resources: the profile's values with the given fields replaced.
+
+    Run config replaces a resource's whole config, so the fields set in code are carried over explicitly.
+    """
+    config = {}
+    for name, fields in overrides.items():
+        resource = defs.resources.get(name)
+        if resource is None:
+            raise ValueError(f"no resource named {name!r}; resources: {', '.join(sorted(defs.resources))}")
+        current = {field: getattr(resource, field) for field in type(resource).model_fields}
+        unknown = sorted(set(fields) - set(current))
+        if unknown:
+            raise ValueError(f"resource {name!r} has no field(s) {', '.join(unknown)}; fields: {', '.join(current)}")
+        config[name] = {"config": {**current, **fields}}
+    return config

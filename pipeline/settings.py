@@ -12,6 +12,8 @@ Profile = Literal["quickstart", "production"]
 PROFILES: tuple[str, ...] = get_args(Profile)
 # Served by `vllm serve` on a GPU machine when no endpoint URL is configured in production.
 DEFAULT_PRODUCTION_MODEL = "Qwen/Qwen2.5-7B-Instruct"
+# The policy GRPO trains in production (a small instruct model; any hub id or model directory works).
+DEFAULT_PRODUCTION_POLICY = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,8 @@ class Settings:
         llm_base_url: an OpenAI-compatible endpoint for generation and judging; empty starts a local server.
         llm_model: the endpoint's model (or the local server's model dir or id); empty in the quickstart means
             the tiny model built from the seeds.
+        base_model: the policy to train (a model dir or hub id); empty in the quickstart means the tiny model.
+        nightly_cron: when the nightly regeneration runs (cron syntax), in `timezone` (an IANA name).
     """
 
     profile: Profile
@@ -36,6 +40,9 @@ class Settings:
     verifier_plugins: tuple[str, ...] = ()
     llm_base_url: str = ""
     llm_model: str = ""
+    base_model: str = ""
+    nightly_cron: str = "0 2 * * *"
+    timezone: str = "UTC"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: str | Path | None) -> Settings:
@@ -56,7 +63,22 @@ class Settings:
         plugins = tuple(p.strip() for p in environ.get("SEEDWHEEL_VERIFIERS", "").split(",") if p.strip())
         llm_base_url = environ.get("SEEDWHEEL_LLM_BASE_URL", "")
         llm_model = environ.get("SEEDWHEEL_LLM_MODEL", "" if profile == "quickstart" else DEFAULT_PRODUCTION_MODEL)
-        return cls(profile, home, seeds_dir, dagster_home, plugins, llm_base_url, llm_model)  # type: ignore[arg-type]
+        base_model = environ.get("SEEDWHEEL_BASE_MODEL", "" if profile == "quickstart" else DEFAULT_PRODUCTION_POLICY)
+        nightly_cron = environ.get("SEEDWHEEL_NIGHTLY_CRON", "0 2 * * *")
+        timezone = environ.get("SEEDWHEEL_TIMEZONE", "UTC")
+        _check_schedule(nightly_cron, timezone)
+        return cls(
+            profile,  # type: ignore[arg-type]
+            home,
+            seeds_dir,
+            dagster_home,
+            plugins,
+            llm_base_url,
+            llm_model,
+            base_model,
+            nightly_cron,
+            timezone,
+        )
 
     def environ(self) -> dict[str, str]:
         """The environment variables that make a child process (the UI, a step worker) see these settings."""
@@ -68,6 +90,9 @@ class Settings:
             "SEEDWHEEL_VERIFIERS": ",".join(self.verifier_plugins),
             "SEEDWHEEL_LLM_BASE_URL": self.llm_base_url,
             "SEEDWHEEL_LLM_MODEL": self.llm_model,
+            "SEEDWHEEL_BASE_MODEL": self.base_model,
+            "SEEDWHEEL_NIGHTLY_CRON": self.nightly_cron,
+            "SEEDWHEEL_TIMEZONE": self.timezone,
         }
 
     def register_verifier_plugins(self) -> None:
@@ -76,3 +101,15 @@ class Settings:
 
         for dotted_path in self.verifier_plugins:
             load_verifier(dotted_path)
+
+
+def _check_schedule(cron: str, timezone: str) -> None:
+    """Fail at load time, naming the variable, rather than when the daemon first ticks."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    if len(cron.split()) != 5:
+        raise ValueError(f"SEEDWHEEL_NIGHTLY_CRON={cron!r} is not a 5-field cron expression, e.g. '0 2 * * *'")
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"SEEDWHEEL_TIMEZONE={timezone!r} is not an IANA time zone, e.g. 'Europe/Berlin'") from None

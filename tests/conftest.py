@@ -1,4 +1,4 @@
-"""Shared fixtures: the repository's own seeds, and settings that keep every write under tmp_path."""
+"""Shared fixtures: the repository's own seeds, settings that keep every write under tmp_path, a tiny model."""
 
 from pathlib import Path
 
@@ -6,6 +6,8 @@ import pytest
 
 from pipeline.settings import Settings
 from tests.paths import SEEDS
+from tests.training.tiny import TINY_SIZES, TINY_TEXTS
+from training.tiny_model import build_tiny_model
 
 
 @pytest.fixture
@@ -24,3 +26,9 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SEEDWHEEL_HOME", str(tmp_path / "env-home"))
     monkeypatch.setenv("SEEDWHEEL_SEEDS", str(SEEDS))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "env-dagster"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random chat model directory, built once per session (read-only for tests: copy before changing)."""
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", TINY_TEXTS, **TINY_SIZES, seed=0)

@@ -20,6 +20,7 @@ FAMILIES = {"arithmetic", "json_extraction", "sql", "python_function", "tool_cal
 ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
     *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
+    *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
 }
 CHECKS = {
     ("seed_files_clean", True, "passed"),
@@ -27,6 +28,7 @@ CHECKS = {
     ("judge_agreement", False, "WARN"),
     ("family_validity_floor", True, "passed"),
     ("no_eval_contamination", True, "passed"),
+    ("reward_sound", True, "passed"),
 }
 
 pytestmark = pytest.mark.slow
@@ -144,3 +146,26 @@ def test_the_judge_runs_end_to_end_and_its_errors_are_visible(quickstart):
     calibration = asset(summary, "judge_calibration").metadata
     assert calibration["items"] == len(read_table(settings.home / "judge_calibration.parquet")) // 2  # 2 samples
     assert "judge_error_rate" in calibration and "confusion" in calibration
+
+
+def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickstart):
+    settings, summary = quickstart
+    sft = read_table(settings.home / "sft_checkpoint.parquet").iloc[0]
+    grpo = read_table(settings.home / "grpo_checkpoint.parquet").iloc[0]
+    assert sft["trained"] and grpo["start_model"] == sft["checkpoint"]  # GRPO starts from the SFT warm-up
+    assert Path(grpo["checkpoint"], "config.json").exists()
+    train = read_table(settings.home / "train_tasks.parquet")
+    assert set(grpo["train_task_ids"]) <= set(train["task_id"])  # lineage: what the checkpoint saw
+    assert grpo["train_tasks_run_id"] == summary.run_id
+    metadata = asset(summary, "grpo_checkpoint").metadata
+    assert metadata["steps"] == grpo["config"]["grpo"]["max_steps"]  # streamed back from the Pipes child
+    assert metadata["reward_curve"].startswith("![")
+    assert "numeric_answer" in metadata["verifier_versions"]
+    profile = read_table(settings.home / "difficulty_profile.parquet")
+    assert set(profile["label"]) == {"not_profiled"}  # off in the quickstart: a random policy solves nothing
+    evaluation = read_table(settings.home / "checkpoint_eval.parquet")
+    assert set(evaluation["role"]) == {"baseline", "candidate"}
+    assert set(evaluation["family"]) == FAMILIES
+    decision = asset(summary, "promotion").metadata
+    assert decision["decision"] in {"promoted", "kept baseline"}
+    assert decision["candidate"] == grpo["checkpoint"] and decision["reasons"]

@@ -538,6 +538,7 @@ def _generate(
     """One completion text per conversation, in order."""
     import torch
 
+    from training.grpo import prompt_token_counts
     from training.tiny_model import load_policy
 
     if not conversations:
@@ -555,13 +556,22 @@ def _generate(
         generation.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
     else:
         generation.update(do_sample=False)
-    texts: list[str] = []
+    # Batches of similar length: padding every batch to the longest prompt in the set (tool-call prompts run to
+    # thousands of tokens) costs far more than the generation itself.
+    lengths = prompt_token_counts(conversations, tokenizer)
+    order = sorted(range(len(conversations)), key=lambda i: lengths[i])
+    texts: list[str] = [""] * len(conversations)
+    done = 0
     with torch.random.fork_rng(devices=[]), torch.inference_mode():
         torch.manual_seed(seed)
-        for start in range(0, len(conversations), batch_size):
-            batch = conversations[start : start + batch_size]
+        for start in range(0, len(order), batch_size):
+            indexes = order[start : start + batch_size]
             inputs = tokenizer.apply_chat_template(
-                batch, add_generation_prompt=True, padding=True, return_tensors="pt", return_dict=True
+                [conversations[i] for i in indexes],
+                add_generation_prompt=True,
+                padding=True,
+                return_tensors="pt",
+                return_dict=True,
             )
             inputs = {name: tensor.to(model.device) for name, tensor in inputs.items()}
             longest = inputs["input_ids"].shape[1] + max_new_tokens
@@ -571,6 +581,8 @@ def _generate(
                 logger.warning("prompt + max_new_tokens = %d tokens exceeds the model's %d positions", longest, limit)
             output = model.generate(**inputs, **generation)
             new_tokens = output[:, inputs["input_ids"].shape[1] :]
-            texts += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-            logger.info("generated %d/%d completions", len(texts), len(conversations))
+            for i, text in zip(indexes, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True):
+                texts[i] = text
+            done += len(indexes)
+            logger.info("generated %d/%d completions", done, len(conversations))
     return texts

@@ -22,7 +22,8 @@ defined at top level.
 Resuming: `run_grpo` resumes from the newest *complete* `checkpoint-N` in `output_dir` (transformers writes
 `trainer_state.json` last, so a checkpoint without it was cut off by a kill and is skipped with a warning), which
 is `trainer.train(resume_from_checkpoint=True)` minus that failure mode. The final model and tokenizer go to
-`<output_dir>/final`, written beside it and renamed into place, so a `final` folder is always complete.
+`<output_dir>/final`, written beside it and renamed into place, so a `final` folder is always complete. These
+helpers live in `training.checkpoints`, shared with the SFT warm-up (`training.sft`).
 
 Measured on 2 shared CPU cores (Qwen2-style tiny model, hidden 32, batch 4, 2 generations, 8 new tokens):
 ~0.1-0.3 s per step after a ~1 s first step; importing torch + transformers + trl costs ~10-15 s per process.
@@ -36,14 +37,22 @@ import json
 import logging
 import math
 import os
-import re
-import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from training.checkpoints import (
+    PEFT_HINT,
+    MetricsSink,
+    MissingPeftError,
+    last_complete_checkpoint,
+    metrics_callback,
+    peft_available,
+    peft_lora_config,
+    save_final,
+)
 from validators.registry import REGISTRY, UnknownVerifierError
 from validators.rewards import VERIFIER_COLUMN, RewardConfigError, build_reward_funcs
 
@@ -54,16 +63,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FINAL_DIRNAME = "final"
 PROMPT_COLUMN = "prompt"
 VLLM_MODES = ("colocate", "server")
 GPU_EXTRA_HINT = "pip install 'seedwheel[gpu]'  (the `gpu` extra: vllm>=0.22,<0.32)"
-PEFT_HINT = "pip install peft"
-# transformers writes this file last into a checkpoint folder: its presence marks a complete checkpoint.
-TRAINER_STATE_FILE = "trainer_state.json"
-_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
-
-MetricsSink = Callable[[dict[str, Any]], None]
 
 
 class GRPOConfigError(ValueError):
@@ -192,7 +194,7 @@ def _seedwheel_problems(config: Any) -> list[str]:
         if not vllm_available():
             problems.append(f"use_vllm=True but the vllm package is not installed. Install it with {GPU_EXTRA_HINT}.")
     if config.use_lora:
-        if importlib.util.find_spec("peft") is None:
+        if not peft_available():
             problems.append(f"use_lora=True but the peft package is not installed. Install it with `{PEFT_HINT}`.")
         if config.lora_r < 1:
             problems.append(f"lora_r={config.lora_r} must be >= 1 (8-64 is usual).")
@@ -332,38 +334,6 @@ class GRPOResult:
             "verifier_versions": self.verifier_versions,
             "train_seconds": round(self.train_seconds, 3),
         }
-
-
-def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
-    """The highest-numbered `checkpoint-N` folder in `output_dir` that holds a `trainer_state.json`.
-
-    transformers writes the trainer state last, so a folder without it was cut off mid-save (a killed run) and
-    cannot be resumed from; such folders are skipped with a warning.
-
-    Args:
-        output_dir: the training output folder (may not exist yet).
-
-    Returns:
-        The checkpoint folder, or None when there is none.
-
-    Example:
-        >>> last_complete_checkpoint("runs/grpo")  # doctest: +SKIP
-        PosixPath('runs/grpo/checkpoint-200')
-    """
-    root = Path(output_dir)
-    if not root.is_dir():
-        return None
-    numbered = sorted(
-        ((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT_RE.match(p.name))),
-        reverse=True,
-    )
-    for _, path in numbered:
-        if (path / TRAINER_STATE_FILE).is_file():
-            return path
-        logger.warning(
-            "Skipping %s: no %s, so its save was cut off; resuming from an earlier one.", path, TRAINER_STATE_FILE
-        )
-    return None
 
 
 def load_train_split(train_file: str | os.PathLike[str]) -> Dataset:
@@ -506,61 +476,6 @@ def verifier_versions(specs: Sequence[Any]) -> dict[str, list[int]]:
     return {name: sorted(versions) for name, versions in sorted(found.items())}
 
 
-def _plain(value: Any) -> Any:
-    # Metrics go to JSON (Pipes messages, summaries): tensors/numpy scalars to floats, NaN to None.
-    if hasattr(value, "item") and callable(value.item):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def metrics_callback(sink: MetricsSink | None = None) -> Any:
-    """A `transformers.TrainerCallback` that records every `on_log` dict and forwards it to `sink`.
-
-    Each record is the trainer's logs (TRL's `reward`, `reward_std`, `rewards/<name>/mean|std`,
-    `frac_reward_zero_std`, `kl` when beta > 0, `completions/mean_length`, `entropy`, `num_tokens`, `step_time`,
-    ...; the last one holds `train_runtime`) plus `step` and, from the growth of `num_tokens` between logs,
-    `tokens_per_second`. NaN becomes None. A sink that raises is logged, not fatal: losing a progress message must
-    not cost a training run.
-
-    Args:
-        sink: called with a copy of each record, on the main process only.
-
-    Returns:
-        The callback; its `history` attribute is the list of records.
-
-    Example:
-        >>> callback = metrics_callback(print)  # doctest: +SKIP
-        >>> GRPOTrainer(..., callbacks=[callback])  # doctest: +SKIP
-    """
-    from transformers import TrainerCallback
-
-    class MetricsForwarder(TrainerCallback):
-        def __init__(self) -> None:
-            self.history: list[dict[str, Any]] = []
-            self._last_tokens: tuple[float, float] | None = None
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
-            if not logs or not state.is_world_process_zero:
-                return
-            record = {"step": state.global_step, **{key: _plain(value) for key, value in logs.items()}}
-            now = time.perf_counter()
-            tokens = record.get("num_tokens")
-            if isinstance(tokens, int | float):
-                if self._last_tokens is not None and now > self._last_tokens[0] and tokens >= self._last_tokens[1]:
-                    record["tokens_per_second"] = (tokens - self._last_tokens[1]) / (now - self._last_tokens[0])
-                self._last_tokens = (now, tokens)
-            self.history.append(record)
-            if sink is not None:
-                try:
-                    sink(dict(record))
-                except Exception:  # a progress channel must not kill training
-                    logger.exception("on_metrics sink failed at step %s; training goes on", state.global_step)
-
-    return MetricsForwarder()
-
-
 def lora_config(config: Any) -> Any:
     """A `peft.LoraConfig` from the config's LoRA fields, or None when `use_lora` is off.
 
@@ -570,44 +485,14 @@ def lora_config(config: Any) -> Any:
     if not config.use_lora:
         return None
     try:
-        from peft import LoraConfig
-    except ImportError:
-        raise GRPOConfigError(f"use_lora=True needs the peft package: {PEFT_HINT}") from None
-    return LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.lora_target_modules,
-        task_type="CAUSAL_LM",
-    )
-
-
-def _save_final(trainer: Any, tokenizer: Any, output_dir: Path, use_lora: bool) -> Path:
-    """Write the model and tokenizer beside `<output_dir>/final`, then rename into place (a complete folder)."""
-    final = output_dir / FINAL_DIRNAME
-    staging = output_dir / f".{FINAL_DIRNAME}.partial"
-    main = trainer.is_world_process_zero()
-    if main and staging.exists():
-        shutil.rmtree(staging)
-    if use_lora:
-        # Merged, so the folder loads with AutoModelForCausalLM like any other checkpoint.
-        merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
-        if main:
-            merged.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-    else:
-        trainer.save_model(str(staging))  # all processes: sharded setups gather weights here
-        if main:
-            tokenizer.save_pretrained(staging)
-    if main:
-        old = output_dir / f".{FINAL_DIRNAME}.old"
-        if old.exists():
-            shutil.rmtree(old)
-        if final.exists():
-            final.rename(old)
-        staging.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+        return peft_lora_config(
+            r=config.lora_r,
+            alpha=config.lora_alpha,
+            dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+        )
+    except MissingPeftError as exc:
+        raise GRPOConfigError(f"use_lora=True: {exc}") from None
 
 
 def run_grpo(
@@ -690,7 +575,7 @@ def run_grpo(
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.perf_counter() - started
-    final = _save_final(trainer, tokenizer, output_dir, config.use_lora)
+    final = save_final(trainer, tokenizer, output_dir, config.use_lora)
     steps = trainer.state.global_step
     logger.info("GRPO done: %d steps in %.1f s; model in %s", steps, seconds, final)
     return GRPOResult(

@@ -48,6 +48,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from training import tether
+
 logger = logging.getLogger(__name__)
 
 Backend = Literal["transformers", "vllm"]
@@ -340,7 +342,7 @@ class ModelServer:
             log.write(f"$ {shlex.join(command)}\n".encode())
             log.flush()
             self._process = subprocess.Popen(
-                command,
+                tether.command_for(command),  # ends with this process, even when it is killed
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

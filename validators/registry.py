@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -125,6 +126,8 @@ class Registry:
     def __init__(self) -> None:
         self._verifiers: dict[tuple[str, int], Verifier] = {}
         self._loaded = False
+        # Verifiers are first used from worker threads (`verify_many`): one thread loads, the others wait for it.
+        self._load_lock = threading.RLock()
 
     def register(self, verifier_cls: type[Verifier]) -> type[Verifier]:
         """Register a verifier class (usable as a decorator). Re-registering the same name+version replaces it."""
@@ -134,10 +137,13 @@ class Registry:
     def _ensure_loaded(self) -> None:
         if self._loaded:
             return
-        self._loaded = True
-        importlib.import_module("validators.verifiers")  # registers the built-ins
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            self.register(ep.load())
+        with self._load_lock:
+            if self._loaded:
+                return
+            importlib.import_module("validators.verifiers")  # registers the built-ins
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                self.register(ep.load())
+            self._loaded = True
 
     def names(self) -> list[str]:
         self._ensure_loaded()

@@ -410,3 +410,23 @@ def lineage_leaks(
                     }
                 )
     return leaks
+
+
+def first_per_family(tasks: Sequence[Mapping[str, Any]], limit: int | None) -> list[int]:
+    """Indexes of a stable per-family sample: all tasks, or the first `limit` of each family in task_id order.
+
+    Example:
+        >>> first_per_family([{"family": "a", "task_id": "2"}, {"family": "a", "task_id": "1"}], 1)
+        [1]
+    """
+    if limit is None:
+        return list(range(len(tasks)))
+    order = sorted(range(len(tasks)), key=lambda i: (tasks[i]["family"], tasks[i]["task_id"]))
+    taken: dict[str, int] = {}
+    chosen = []
+    for i in order:
+        family = tasks[i]["family"]
+        if taken.get(family, 0) < limit:
+            taken[family] = taken.get(family, 0) + 1
+            chosen.append(i)
+    return sorted(chosen)

@@ -12,11 +12,21 @@ results = client.complete_many_sync(
 client.stats.as_dict()  # hits, misses, calls, attempts, retries, tokens_in, tokens_out, errors/<code>
 ```
 
+`Endpoint` hands out clients for a URL, or for a local server it starts only when a request misses the cache:
+
+```python
+from generators.llm import Endpoint, EndpointConfig
+
+with Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="m"), cache_dir=".seedwheel/llm_cache") as ep:
+    results = ep.client().complete_many_sync(requests)
+```
+
 `generators.fake_server.FakeOpenAIServer` serves the same API on loopback for tests and offline dry runs.
 """
 
-from generators.llm.cache import CachedResponse, LLMCache, cache_key, request_payload
+from generators.llm.cache import CachedResponse, LLMCache, cache_key, cache_keys, request_payload
 from generators.llm.client import LLMClient
+from generators.llm.endpoint import LOCAL_PLACEHOLDER_URL, Endpoint, LocalServer
 from generators.llm.parse import parse_json_response
 from generators.llm.types import (
     CONNECTION_ERRORS,
@@ -34,18 +44,22 @@ from generators.llm.types import (
 
 __all__ = [
     "CONNECTION_ERRORS",
+    "LOCAL_PLACEHOLDER_URL",
     "CachedResponse",
     "CallBudgetExceeded",
     "ChatRequest",
     "ChatResult",
+    "Endpoint",
     "EndpointConfig",
     "EndpointRejected",
     "EndpointUnavailable",
     "LLMCache",
     "LLMClient",
     "LLMStats",
+    "LocalServer",
     "MissingAPIKey",
     "cache_key",
+    "cache_keys",
     "is_loopback_url",
     "parse_json_response",
     "request_payload",

@@ -1,8 +1,8 @@
 """A content-addressed, on-disk cache of successful chat completions (SQLite in WAL mode).
 
-The key is the SHA-256 of the canonical JSON of everything that decides an answer:
+The key covers everything that decides an answer, and nothing else: the payload
 
-    {"format": 1, "endpoint": config.endpoint_id, "model": ..., "template_version": ...,
+    {"format": 2, "endpoint": config.endpoint_id, "model": ..., "template_version": ...,
      "params": effective generation params, "messages": [...], "response_format": schema or null,
      "sample": n}
 
@@ -12,6 +12,15 @@ The key is the SHA-256 of the canonical JSON of everything that decides an answe
 - Never in the key: the API key, timeouts, retries, concurrency (they do not change the answer).
 - Params are the config's defaults merged with the request's overrides, None values dropped, so adding a new
   optional param later does not invalidate existing entries.
+
+Key format 2 is SHA-256 over three parts: the canonical JSON of the payload without its messages and schema
+(one line), the canonical JSON of the schema (one line), then a 32-byte SHA-256 per message - of
+`m<len(role)>:<role><content>` for a plain `{role, content}` text message, of `j` + its canonical JSON for any
+other shape. Format 1 hashed the canonical JSON of the whole payload, which for a ~6 KB judge request meant
+JSON-escaping the same 4.5 KB system prompt for every task (most of a cached rerun's time); format 2 hashes
+the raw text, reuses the digest of a message it has just seen (a shared system prompt), and `cache_keys` hashes
+the first two lines once for all the requests of a batch that share them: ~8 us per judge request instead of
+~80. Format 1 entries simply miss.
 
 Only successful answers are stored: errors are retried on the next run. Rows are inserted with
 `INSERT OR IGNORE` (first answer wins), one small transaction each, so a crash loses at most the answer in
@@ -25,18 +34,23 @@ import hashlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from generators.llm.types import ChatRequest, EndpointConfig
-from validators.tasks import canonical_json
+from generators.llm.types import ChatRequest, EndpointConfig, canonical_encode, shared_json
 
-KEY_FORMAT = 1
+KEY_FORMAT = 2
 DB_NAME = "llm_cache.sqlite3"
 # SQLite's default limit on bound variables is 32766 since 3.32; 500 stays far below it on any build.
 _LOOKUP_CHUNK = 500
+# Digests of recent text messages: a batch repeats its system prompt in every request, and an LRU keeps that
+# one entry hot while each request's own user message passes through.
+_MESSAGE_DIGESTS = 4096
+# Key prefixes remembered within one `cache_keys` call.
+_PREFIXES = 1024
 _SELECT = "SELECT key, text, tokens_in, tokens_out, finish_reason, raw FROM responses"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -52,15 +66,8 @@ CREATE TABLE IF NOT EXISTS responses (
 """
 
 
-def request_payload(config: EndpointConfig, request: ChatRequest) -> dict[str, Any]:
-    """The keyed description of a request: what the endpoint is asked, minus transport settings.
-
-    Example:
-        >>> config = EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="tiny")
-        >>> request = ChatRequest([{"role": "user", "content": "hi"}], template_version="t1")
-        >>> request_payload(config, request)["params"]
-        {'max_tokens': 512, 'temperature': 0.0}
-    """
+def _head(config: EndpointConfig, request: ChatRequest) -> dict[str, Any]:
+    """The payload without its messages and schema."""
     params = {**config.generation_params(), **request.params}
     if request.sample and params.get("seed") is not None:
         params["seed"] = params["seed"] + request.sample
@@ -70,15 +77,30 @@ def request_payload(config: EndpointConfig, request: ChatRequest) -> dict[str, A
         "model": config.model,
         "template_version": request.template_version,
         "params": {k: v for k, v in sorted(params.items()) if v is not None},
-        "messages": [dict(m) for m in request.messages],
-        "response_format": dict(request.response_format) if request.response_format is not None else None,
         "sample": request.sample,
     }
 
 
+def request_payload(config: EndpointConfig, request: ChatRequest) -> dict[str, Any]:
+    """The keyed description of a request: what the endpoint is asked, minus transport settings.
+
+    Example:
+        >>> config = EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="tiny")
+        >>> request = ChatRequest([{"role": "user", "content": "hi"}], template_version="t1")
+        >>> request_payload(config, request)["params"]
+        {'max_tokens': 512, 'temperature': 0.0}
+    """
+    return {
+        **_head(config, request),
+        "messages": [dict(m) for m in request.messages],
+        "response_format": dict(request.response_format) if request.response_format is not None else None,
+    }
+
+
 def payload_key(payload: Mapping[str, Any]) -> str:
-    """SHA-256 hex of the payload's canonical JSON."""
-    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+    """The cache key of a `request_payload` (the same as `cache_key` of the request it describes)."""
+    head = {k: v for k, v in payload.items() if k not in ("messages", "response_format")}
+    return _finish(_prefix(head, payload["response_format"]), payload["messages"])
 
 
 def cache_key(config: EndpointConfig, request: ChatRequest) -> str:
@@ -89,7 +111,59 @@ def cache_key(config: EndpointConfig, request: ChatRequest) -> str:
         >>> len(cache_key(config, ChatRequest([{"role": "user", "content": "hi"}], template_version="t1")))
         64
     """
-    return payload_key(request_payload(config, request))
+    return cache_keys(config, [request])[0]
+
+
+def cache_keys(config: EndpointConfig, requests: Iterable[ChatRequest]) -> list[str]:
+    """The cache keys of many requests, each equal to its `cache_key`, with the shared part hashed once.
+
+    Requests built from one template share their params and schema objects (`JudgePrompt` passes the same ones
+    to every request): the first two lines of the key are hashed once per template version, sample and pair of
+    objects, and each key continues from a copy of that hash. For a judge batch this leaves ~5 us per key,
+    mostly hashing the task's own message.
+
+    Args:
+        config: the endpoint.
+        requests: the requests.
+
+    Returns:
+        One key per request, in order.
+    """
+    requests = list(requests)  # holds every object while ids are compared: no id can be reused meanwhile
+    prefixes: dict[tuple[str, int, int, int], Any] = {}
+    keys = []
+    for request in requests:
+        shared = (request.template_version, request.sample, id(request.params), id(request.response_format))
+        prefix = prefixes.get(shared)
+        if prefix is None:
+            if len(prefixes) >= _PREFIXES:  # nothing shared (a new params dict per request): stay bounded
+                prefixes.clear()
+            prefix = prefixes[shared] = _prefix(_head(config, request), request.response_format)
+        keys.append(_finish(prefix.copy(), request.messages))
+    return keys
+
+
+def _prefix(head: Mapping[str, Any], schema: Mapping[str, Any] | None) -> Any:
+    """A SHA-256 object fed with the key's first two lines: the head and the schema."""
+    # Canonical JSON escapes raw newlines, so each line ends exactly where its part does, and every message
+    # digest added after them is 32 bytes: distinct payloads cannot produce the same byte stream.
+    schema_json = "null" if schema is None else shared_json(schema)
+    return hashlib.sha256(f"{canonical_encode(head)}\n{schema_json}\n".encode())
+
+
+def _finish(digest: Any, messages: Sequence[Mapping[str, Any]]) -> str:
+    for message in messages:
+        role, content = message["role"], message["content"]
+        if len(message) == 2 and type(role) is str and type(content) is str:
+            digest.update(_text_message_digest(role, content))
+        else:
+            digest.update(hashlib.sha256(b"j" + canonical_encode(dict(message)).encode()).digest())
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=_MESSAGE_DIGESTS)
+def _text_message_digest(role: str, content: str) -> bytes:
+    return hashlib.sha256(f"m{len(role)}:{role}{content}".encode()).digest()
 
 
 @dataclass(frozen=True)
@@ -133,6 +207,9 @@ class LLMCache:
         # NORMAL is durable against application crashes in WAL mode; only a power cut may drop the last
         # commits, which for a cache only means a few repeated calls.
         self._db.execute("PRAGMA synchronous = NORMAL")
+        # Reads through a memory map skip a copy per page: a 100k-key lookup takes ~40% less CPU. Address space
+        # only (pages load on demand), and writes still go through the WAL.
+        self._db.execute("PRAGMA mmap_size = 1073741824")  # 1 GiB
         self._db.execute(_SCHEMA)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, CachedResponse]:
@@ -144,7 +221,8 @@ class LLMCache:
         Returns:
             `{key: CachedResponse}` for the keys found.
         """
-        unique = list(dict.fromkeys(keys))
+        # In index order: neighbouring keys share b-tree pages, which makes a large lookup ~1.5x faster.
+        unique = sorted(set(keys))
         found: dict[str, CachedResponse] = {}
         with self._lock:
             for i in range(0, len(unique), _LOOKUP_CHUNK):
@@ -173,7 +251,7 @@ class LLMCache:
         """Store several answers in one transaction (all or none)."""
         now = time.time()
         rows = [
-            (key, r.text, r.finish_reason, r.tokens_in, r.tokens_out, r.raw, canonical_json(request), now)
+            (key, r.text, r.finish_reason, r.tokens_in, r.tokens_out, r.raw, canonical_encode(request), now)
             for key, r, request in items
         ]
         with self._lock:

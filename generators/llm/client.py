@@ -40,7 +40,7 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 from tenacity.wait import wait_base
 
-from generators.llm.cache import CachedResponse, LLMCache, payload_key, request_payload
+from generators.llm.cache import CachedResponse, LLMCache, cache_keys, request_payload
 from generators.llm.types import (
     CONNECTION_ERRORS,
     CallBudgetExceeded,
@@ -146,8 +146,7 @@ class LLMClient:
         """
         requests = list(requests)
         total = len(requests)
-        payloads = [request_payload(self.config, r) for r in requests]
-        keys = [payload_key(p) for p in payloads]
+        keys = cache_keys(self.config, requests)
         results: list[ChatResult | None] = [None] * total
         found = self.cache.get_many(keys) if self.cache is not None else {}
         waiting: dict[str, list[int]] = {}
@@ -192,7 +191,7 @@ class LLMClient:
             self.config = replace(self.config, base_url=self._connect())
             self._connect = None
         if to_call:
-            jobs = [(key, requests[waiting[key][0]], payloads[waiting[key][0]]) for key in to_call]
+            jobs = [(key, requests[waiting[key][0]]) for key in to_call]
             await self._call_all(jobs, deliver)
         errors = Counter(r.error for r in results if r is not None and r.error is not None)
         logger.log(
@@ -213,14 +212,12 @@ class LLMClient:
             )
         return [r for r in results if r is not None]
 
-    async def _call_all(
-        self, jobs: list[tuple[str, ChatRequest, dict[str, Any]]], deliver: Callable[[str, ChatResult], None]
-    ) -> None:
+    async def _call_all(self, jobs: list[tuple[str, ChatRequest]], deliver: Callable[[str, ChatResult], None]) -> None:
         # A fixed pool of max_concurrency workers pulling from one iterator bounds concurrency like a semaphore,
         # without creating one task per request up front (100k pending tasks cost memory and scheduling time).
         # The AsyncOpenAI client lives for one batch: its connection pool is tied to this event loop.
         watch = _OutageWatch(self.config, threshold=min(len(jobs), self.config.max_concurrency))
-        queue: Iterator[tuple[str, ChatRequest, dict[str, Any]]] = iter(jobs)
+        queue: Iterator[tuple[str, ChatRequest]] = iter(jobs)
         http_client = openai.DefaultAsyncHttpxClient(verify=_tls_context())
         async with openai.AsyncOpenAI(
             base_url=self.config.base_url,
@@ -231,7 +228,9 @@ class LLMClient:
         ) as client:
 
             async def worker() -> None:
-                for key, request, payload in queue:
+                for key, request in queue:
+                    # Built for calls only: a cached answer needs its key, not a copy of its request.
+                    payload = request_payload(self.config, request)
                     result = await self._call_one(client, key, request, payload)
                     self._record(result, payload)
                     deliver(key, result)

@@ -1,5 +1,6 @@
 """The LLM cache: what the key covers, storage round trips, batch lookups, two processes at once."""
 
+import copy
 import subprocess
 import sys
 import time
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from generators.llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, cache_key, request_payload
+from generators.llm.cache import cache_keys, payload_key
 from tests.paths import REPO
 
 BASE = {"base_url": "http://127.0.0.1:8000/v1", "model": "tiny"}
@@ -22,7 +24,8 @@ def key_of(config_changes: dict | None = None, **request_changes) -> str:
 
 def test_key_is_stable_across_versions_of_the_code():
     # A golden value: if this changes, every existing cache is silently invalidated. Bump KEY_FORMAT instead.
-    assert key_of() == "06dfd10e78a32aa2d0d8fc4961a774b31a3cd259577f6e9fdd1d06a6260bc187"
+    # (Format 1, the canonical JSON of the whole payload, gave 06dfd10e...; its entries now miss.)
+    assert key_of() == "cfaa7f4dca173755051c602fb44f309040dd1f0351e6044010351a886c86ad12"
 
 
 @pytest.mark.parametrize(
@@ -52,10 +55,58 @@ def test_key_is_stable_across_versions_of_the_code():
         ({}, {"response_format": {"type": "object"}}, False),
         # Another sample of the same prompt.
         ({}, {"sample": 1}, False),
+        # Text moved across a message boundary: per-message digests keep the boundary.
+        (
+            {},
+            {"messages": [{"role": "system", "content": "Rewrite the task.2"}, {"role": "user", "content": "+2?"}]},
+            False,
+        ),
+        # Text moved from the role into the content.
+        ({}, {"messages": [MESSAGES[0], {"role": "use", "content": "r2+2?"}]}, False),
+        # A message with more than role and content (a name, tool calls) is keyed by all of its fields.
+        ({}, {"messages": [MESSAGES[0], {**MESSAGES[1], "name": "alice"}]}, False),
     ],
 )
 def test_what_the_key_covers(config_changes, request_changes, same):
     assert (key_of(config_changes, **request_changes) == key_of()) is same
+
+
+def test_the_payload_and_the_request_give_the_same_key():
+    # Benchmarks and audits key stored payloads; the client keys requests: both must agree on every shape.
+    config = EndpointConfig(**BASE, seed=3)
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}}
+    tool_message = {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function"}]}
+    for request in (
+        ChatRequest(MESSAGES, template_version="rewrite-v1"),
+        ChatRequest([*MESSAGES, tool_message], template_version="t", response_format=schema, sample=2),
+    ):
+        assert payload_key(request_payload(config, request)) == cache_key(config, request)
+
+
+def test_batch_keys_equal_one_by_one_keys():
+    # cache_keys hashes the part requests share once; each key must still be that request's own.
+    config = EndpointConfig(**BASE, seed=3)
+    schema, params = {"type": "object"}, {"temperature": 0.5}
+    requests = [
+        ChatRequest(MESSAGES, "t", response_format=schema, params=params),  # these three share params and schema
+        ChatRequest([*MESSAGES[:1], {"role": "user", "content": "3+3?"}], "t", response_format=schema, params=params),
+        ChatRequest(MESSAGES, "t", response_format=schema, params=params, sample=1),  # another sample
+        ChatRequest(MESSAGES, "t", response_format={"type": "object"}, params={"temperature": 0.5}),  # equal copies
+        ChatRequest(MESSAGES, "t2", params={"temperature": 0.9}),
+    ]
+    keys = cache_keys(config, iter(requests))
+    assert keys == [cache_key(config, r) for r in requests]
+    assert len(set(keys)) == 4 and keys[0] == keys[3]  # equal content, other objects: the same key
+
+
+def test_a_schema_edited_in_place_is_keyed_by_its_new_content():
+    # Requests share one schema object whose JSON is remembered; an in-place edit must not reuse the old text.
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}}
+    before = key_of(response_format=schema)
+    assert key_of(response_format=schema) == before
+    schema["properties"]["answer"]["type"] = "string"
+    assert key_of(response_format=schema) != before
+    assert key_of(response_format=schema) == key_of(response_format=copy.deepcopy(schema))
 
 
 def test_two_remote_urls_can_share_a_cache_by_name():

@@ -68,10 +68,17 @@ def test_run_materializes_and_records_the_run(tmp_path):
         assert run.tags["seedwheel/profile"] == "quickstart"
 
 
-def test_run_rejects_a_selection_that_matches_nothing(settings):
-    result = CliRunner().invoke(main, ["run", "--select", "no_such_asset", "--home", str(settings.home)])
+@pytest.mark.parametrize(
+    ("select", "message"),
+    [
+        ("no_such_asset", "matches no asset"),
+        ("checkpoint_eval or promotion", "not a Dagster asset selection"),  # bare names need `key:` with `or`
+    ],
+)
+def test_run_rejects_a_selection_it_cannot_use(settings, select, message):
+    result = CliRunner().invoke(main, ["run", "--select", select, "--home", str(settings.home)])
     assert result.exit_code == 2
-    assert "matches no asset" in result.output
+    assert message in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["seeds", "validate", "--help"], ["ui", "--help"]])

@@ -4,24 +4,27 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from datetime import datetime
 
 import dagster as dg
 
 from pipeline.definitions import build_definitions, defs
-from pipeline.runs import open_instance
+from pipeline.instance import EXCLUSIVE_TAG, open_instance
 from tests.paths import REPO
 
 ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
     *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
+    *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
 }
 CHECKS = {
     ("seed_rejects", "seed_files_clean"),
     ("judge_calibration", "judge_agreement"),
     ("validated_tasks", "family_validity_floor"),
     ("train_tasks", "no_eval_contamination"),
+    ("reward_audit", "reward_sound"),
 }
-JOBS = {"flywheel_job"}
+JOBS = {"flywheel_job", "regeneration_job"}
 
 
 def test_every_asset_check_and_job_is_present(settings):
@@ -38,6 +41,13 @@ def test_every_asset_has_a_group_and_a_description(settings):
         node = graph.get(key)
         assert node.group_name != "default", key
         assert node.description, key
+
+
+def test_training_assets_share_the_gpu_pool(settings):
+    graph = build_definitions(settings).resolve_asset_graph()
+    pools = {key.to_user_string(): graph.get(key).pools for key in graph.get_all_asset_keys()}
+    assert pools["grpo_checkpoint"] == pools["sft_checkpoint"] == {"gpu"}  # two trainings never share a GPU
+    assert pools["seed_tasks"] == set()
 
 
 def test_lazy_definitions_read_settings_at_load_time(monkeypatch, tmp_path):
@@ -67,3 +77,33 @@ def test_the_judge_gate_blocks_only_in_production(settings):
         definitions = build_definitions(replace(settings, profile=profile))
         [spec] = [s for s in definitions.resolve_asset_graph().asset_check_keys if s.name == "judge_agreement"]
         assert definitions.resolve_asset_graph().get_check_spec(spec).blocking is blocking
+
+
+def test_the_nightly_schedule_regenerates_data_without_training(settings):
+    definitions = build_definitions(replace(settings, nightly_cron="30 3 * * *", timezone="Europe/Berlin"))
+    schedule = definitions.resolve_schedule_def("nightly_regeneration")
+    assert (schedule.cron_schedule, schedule.execution_timezone) == ("30 3 * * *", "Europe/Berlin")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED  # the quickstart: switched on in the UI
+    with open_instance(settings) as instance:
+        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 12, 2, 3, 30))
+        [request] = schedule.evaluate_tick(context).run_requests
+    job = definitions.resolve_job_def(schedule.job_name)
+    keys = {key.to_user_string() for key in job.asset_layer.selected_asset_keys}
+    assert {"seed_tasks", "judged_tasks", "train_tasks", "eval_tasks"} <= keys
+    assert not keys & {"reward_audit", "sft_checkpoint", "grpo_checkpoint", "checkpoint_eval", "promotion"}
+    assert job.tags[EXCLUSIVE_TAG] == "regeneration"  # the run queue holds a second overlapping regeneration
+    assert request.run_key is None or isinstance(request.run_key, str)
+
+
+def test_the_schedule_runs_by_default_in_production(settings):
+    production = replace(settings, profile="production")
+    schedule = build_definitions(production).resolve_schedule_def("nightly_regeneration")
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+
+
+def test_the_instance_queues_exclusive_runs_and_limits_the_gpu_pool(settings):
+    with open_instance(settings) as instance:
+        config = instance.get_concurrency_config()
+        assert config.pool_config.default_pool_limit == 1
+        [limit] = config.run_queue_config.tag_concurrency_limits
+        assert limit["key"] == EXCLUSIVE_TAG and limit["limit"] == 1

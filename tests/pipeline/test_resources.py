@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.resources import VariantPlan
+from pipeline.resources import CurationPolicy, VariantPlan
 
 FAMILIES = {"arithmetic", "sql"}
 
@@ -28,3 +28,23 @@ def test_bad_plans_fail_with_the_fix(plan, message):
 
 def test_a_good_plan_passes():
     VariantPlan(per_seed=2, families=["sql"], rewrite_kinds=["harder"]).check(FAMILIES)
+
+
+@pytest.mark.parametrize(
+    ("url", "storage"),
+    [
+        ("", None),  # in memory
+        ("redis://10.0.0.5/2", {"type": "redis", "redis": {"host": "10.0.0.5", "port": 6379, "db": 2}}),
+        (
+            "redis://:s3cret@cache:6380",  # a password travels to the client, never into a table
+            {"type": "redis", "redis": {"host": "cache", "port": 6380, "db": 0, "password": "s3cret"}},
+        ),
+    ],
+)
+def test_the_lsh_storage_comes_from_a_redis_url(url, storage):
+    assert CurationPolicy(lsh_redis_url=url).lsh_storage() == storage
+
+
+def test_a_bad_redis_url_names_the_expected_form():
+    with pytest.raises(ValueError, match="redis://host:6379/0"):
+        CurationPolicy(lsh_redis_url="http://cache:6379").lsh_storage()

@@ -5,6 +5,7 @@ tests use a stand-in server (a few lines of Python that answer `/health` and spa
 """
 
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -159,6 +160,45 @@ def test_sigkill_follows_when_sigterm_is_ignored(tmp_path: Path) -> None:
         group, child = server.pid, server.child_pid()
     assert not group_alive(group)
     assert not process_alive(child)
+
+
+LAUNCHER = r"""
+import sys, time
+from pathlib import Path
+from training.serving import ModelServer
+
+class StandIn(ModelServer):
+    def command(self):
+        return [sys.executable, sys.argv[1], str(self.port), sys.argv[2], "serve"]
+
+tmp = Path(sys.argv[3])
+(tmp / "model").mkdir(exist_ok=True)
+server = StandIn(tmp / "model", log_dir=tmp / "logs").start()
+(tmp / "group.pid").write_text(str(server.pid))
+time.sleep(600)
+"""
+
+
+def test_a_killed_launcher_takes_its_server_down(tmp_path: Path) -> None:
+    # kill -9 of the run that started a server runs no cleanup code; the tether stops the server anyway.
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    child_file, group_file = tmp_path / "child.pid", tmp_path / "group.pid"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(script), str(child_file), str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (group_file.exists() and child_file.exists() and child_file.read_text()):
+            assert launcher.poll() is None and time.monotonic() < deadline, "the launcher never started its server"
+            time.sleep(0.1)
+        group, child = int(group_file.read_text()), int(child_file.read_text())
+        assert group_alive(group) and process_alive(child)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 15
+    while group_alive(group) or process_alive(child):
+        assert time.monotonic() < deadline, "the server outlived its killed launcher"
+        time.sleep(0.1)
 
 
 def test_a_server_that_dies_early_reports_its_log_and_leaves_nothing(tmp_path: Path) -> None:

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import redis
 from datasketch import MinHash, MinHashLSH
 
 from tests.paths import GSM8K
+from tests.services import redis_server
 from validators.dedup import (
     DedupConfigError,
     DedupIndex,
@@ -438,3 +440,26 @@ def test_recall_on_first_200_gsm8k_socratic_pairs() -> None:
     false = [(i, j) for i, j, _ in pairs if i != j]
     assert len(found) / 200 >= 0.99
     assert false == []
+
+
+def test_a_redis_index_is_shared_by_workers_and_labels_as_in_memory(tmp_path: Path) -> None:
+    # Scale-out: the LSH band tables live in a real redis-server on loopback; a second worker opening the same
+    # index finds them filled and labels exactly as the in-memory search does.
+    keys, texts = _tasks("task", 40)
+    folder = tmp_path / "index"
+    index = DedupIndex.open(folder, CONFIG)
+    label_duplicates(keys, texts, None, CONFIG, index=index)
+    index.commit()
+    new = [texts[2] + " indeed", texts[9].upper(), "nothing like the others at all here", texts[30]]
+    new_keys = ["a", "b", "c", "d"]
+    in_memory = label_duplicates(new_keys, new, None, CONFIG, index=DedupIndex.open(folder, CONFIG))
+    assert sum(label.is_duplicate for label in in_memory) == 3
+    with redis_server(tmp_path) as port:
+        storage = {"type": "redis", "redis": {"host": "127.0.0.1", "port": port}}
+        first = DedupIndex.open(folder, CONFIG, storage_config=storage)
+        assert label_duplicates(new_keys, new, None, CONFIG, index=first) == in_memory
+        client = redis.Redis(host="127.0.0.1", port=port)
+        assert client.dbsize() > 0  # the band tables are in Redis, not in this process
+        second = DedupIndex.open(folder, CONFIG, storage_config=storage)
+        assert len(second.lsh().keys) == 40  # the rows the first worker stored
+        assert label_duplicates(new_keys, new, None, CONFIG, index=second) == in_memory

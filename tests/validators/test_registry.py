@@ -1,5 +1,8 @@
 """The verifier registry: lookup errors that list what exists, user verifiers by dotted path, params checks."""
 
+import subprocess
+import sys
+
 import pytest
 
 from validators.registry import (
@@ -138,3 +141,26 @@ def test_spec_problems(spec, problem):
 )
 def test_valid_specs_have_no_problems(spec):
     assert spec_problems(spec) == []
+
+
+FIRST_USE_FROM_THREADS = """
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from validators.registry import REGISTRY
+barrier = threading.Barrier(8)
+def first_lookup(_):
+    barrier.wait()
+    return REGISTRY.get("numeric_answer").name
+with ThreadPoolExecutor(8) as pool:
+    print(sorted(set(pool.map(first_lookup, range(8)))))
+"""
+
+
+def test_first_use_from_many_threads_sees_every_builtin():
+    # verify_many's worker threads are often the first to touch the registry: none may see it half-loaded.
+    # A fresh interpreter, so the registry is really unloaded when the threads meet it.
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", FIRST_USE_FROM_THREADS], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.strip() == "['numeric_answer']", done.stderr

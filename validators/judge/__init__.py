@@ -18,7 +18,8 @@ passed, reasons = check(calibrate(audit.judgments, audit_labels(items)), Calibra
 ```
 
 Modules: `rubric` (criteria, acceptance rule, answer schema), `prompt` (the judge's messages), `parse` (answer
--> scores or an error code), `run` (`judge_tasks`), `calibration` (audit set, agreement, self-consistency, floors).
+-> scores or an error code), `run` (`judge_tasks`), `calibration` (audit set, agreement, self-consistency, floors),
+`history` (which setup judged last, and what changed since), `report` (score counts, worst tasks, a summary).
 Pure Python: no Dagster here.
 """
 
@@ -36,6 +37,7 @@ from validators.judge.calibration import (
     load_audit_set,
     self_consistency,
 )
+from validators.judge.history import JudgeHistoryError, JudgeSetup, describe_change, load_setup, save_setup
 from validators.judge.parse import PARSE_ERRORS, ParsedAnswer, parse_judgment
 from validators.judge.prompt import (
     FAMILY_DESCRIPTIONS,
@@ -47,6 +49,7 @@ from validators.judge.prompt import (
     repair_template_version,
     template_version,
 )
+from validators.judge.report import accept_rate, format_summary, lowest_score_counts, score_counts, worst_scored
 from validators.judge.rubric import (
     DEFAULT_RUBRIC,
     DEFAULT_RULE,
@@ -56,6 +59,7 @@ from validators.judge.rubric import (
     response_schema,
 )
 from validators.judge.run import (
+    LABEL_PARAMS,
     LLM_ERROR,
     VERDICTS,
     JudgeInputError,
@@ -71,6 +75,7 @@ __all__ = [
     "DEFAULT_RULE",
     "FAMILY_DESCRIPTIONS",
     "JUDGE_TEMPLATE_VERSION",
+    "LABEL_PARAMS",
     "LLM_ERROR",
     "PARSE_ERRORS",
     "REPAIR_TEMPLATE_VERSION",
@@ -83,25 +88,35 @@ __all__ = [
     "CalibrationInputError",
     "Consistency",
     "Criterion",
+    "JudgeHistoryError",
     "JudgeInputError",
     "JudgePrompt",
     "JudgeRun",
+    "JudgeSetup",
     "JudgeStats",
     "Judgment",
     "ParsedAnswer",
     "Rubric",
     "TokenPrices",
+    "accept_rate",
     "audit_labels",
     "calibrate",
     "check",
     "cohen_kappa",
+    "describe_change",
+    "format_summary",
     "judge_messages",
     "judge_tasks",
     "load_audit_set",
+    "load_setup",
+    "lowest_score_counts",
     "parse_judgment",
     "repair_messages",
     "repair_template_version",
     "response_schema",
+    "save_setup",
+    "score_counts",
     "self_consistency",
     "template_version",
+    "worst_scored",
 ]

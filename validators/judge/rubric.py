@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 SCORE_MIN = 1
@@ -90,7 +91,7 @@ class Rubric:
         if repeated:
             raise ValueError(f"rubric repeats criteria {repeated}: each name must appear once")
 
-    @property
+    @cached_property  # read for every answer parsed: built once, not 100k times in a large rerun
     def names(self) -> tuple[str, ...]:
         """The criterion names, in order."""
         return tuple(c.name for c in self.criteria)

@@ -19,9 +19,11 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from generators.llm import ChatRequest, ChatResult, LLMClient
+from validators.judge.history import JudgeSetup
 from validators.judge.parse import ParsedAnswer, parse_judgment
 from validators.judge.prompt import JudgePrompt
 from validators.judge.rubric import DEFAULT_RUBRIC, DEFAULT_RULE, AcceptanceRule, Rubric
@@ -32,6 +34,9 @@ Progress = Callable[[int, int], None]
 Verdict = Literal["accept", "reject", "judge_error"]
 VERDICTS: tuple[Verdict, ...] = ("accept", "reject", "judge_error")
 LLM_ERROR = "llm_error"
+# Generation params for labelling runs (the pipeline's `judged_tasks`, `seedwheel judge`): greedy, so a label can
+# be reproduced, and the same for both, so they share cached judgments.
+LABEL_PARAMS: Mapping[str, Any] = MappingProxyType({"temperature": 0.0})
 
 
 class JudgeInputError(ValueError):
@@ -170,10 +175,12 @@ class JudgeStats:
 
 @dataclass
 class JudgeRun:
-    """The judgments of a `judge_tasks` call (task order, then sample order) and its statistics."""
+    """The judgments of a `judge_tasks` call (task order, then sample order), its statistics, and its setup (what
+    the cache keys of its judgments depend on: rubric, prompt template, judge model, endpoint, params)."""
 
     judgments: list[Judgment]
     stats: JudgeStats
+    setup: JudgeSetup
 
     def rows(self) -> list[dict[str, Any]]:
         """Every judgment as a flat row (`Judgment.as_dict`)."""
@@ -312,7 +319,7 @@ def judge_tasks(
         stats.repair_requests,
         stats.repaired,
     )
-    return JudgeRun(judgments, stats)
+    return JudgeRun(judgments, stats, JudgeSetup.of(prompt, client.config))
 
 
 def _judgment(

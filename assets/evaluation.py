@@ -1,0 +1,150 @@
+"""Evaluation assets: the candidate checkpoint against the baseline on held-out tasks, and the promotion gate.
+
+The baseline is the promoted model (the promotion record's current entry), or the base model before any
+promotion. Both are sampled on the same eval tasks with the same seed and scored by the same verifiers that
+were the training reward; the gate reads the paired comparison (`training.promotion`).
+"""
+
+import dagster as dg
+import pandas as pd
+
+from assets import groups
+from assets.metadata import markdown_table, preview
+from assets.plots import bar_chart
+from pipeline.resources import PromotionGate, SeedRepository
+from training.evaluation import Comparison, EvalReport, compare, evaluate, sample_and_score
+from training.promotion import decide
+from validators.splits import first_per_family
+from validators.tables import records_from_frame
+from validators.tasks import TASK_FIELDS
+
+ROLES = ("baseline", "candidate")
+EVAL_COLUMNS = ("role", "model", "task_id", "family", "sample", "passed", "score", "reason", "completion")
+
+
+@dg.asset(group_name=groups.EVALUATION)
+def checkpoint_eval(
+    context: dg.AssetExecutionContext,
+    eval_tasks: pd.DataFrame,
+    grpo_checkpoint: pd.DataFrame,
+    seeds: SeedRepository,
+    gate: PromotionGate,
+) -> dg.MaterializeResult[pd.DataFrame]:
+    """Baseline and candidate sampled on the eval tasks and scored by their verifiers: one row per completion."""
+    tasks = records_from_frame(eval_tasks[list(TASK_FIELDS)])
+    tasks = [tasks[i] for i in first_per_family(tasks, gate.max_per_family)]
+    if not tasks:
+        raise ValueError("eval_tasks is empty: nothing to evaluate the checkpoint on; check the split's eval_fraction")
+    models = {
+        "baseline": gate.registry().baseline(str(grpo_checkpoint.loc[0, "base_model"])),
+        "candidate": str(grpo_checkpoint.loc[0, "checkpoint"]),
+    }
+    frames, reports = [], {}
+    for role, model in models.items():
+        context.log.info(f"{role} {model}: {gate.samples} samples on each of {len(tasks)} eval tasks")
+        sampled = sample_and_score(
+            model,
+            tasks,
+            k=gate.samples,
+            max_new_tokens=gate.max_new_tokens,
+            temperature=gate.temperature,
+            seed=gate.seed,
+            context=seeds.verify_context(),
+        )
+        reports[role] = evaluate(sampled.passed, sampled.families, ks=sorted({1, gate.samples}), seed=gate.seed)
+        frames.append(pd.DataFrame(sampled.rows).assign(role=role, model=model))
+    rows = pd.concat(frames, ignore_index=True)[list(EVAL_COLUMNS)]
+    comparison = _comparison(rows, gate.seed)
+    return dg.MaterializeResult(
+        value=rows,
+        metadata={
+            "tasks": len(tasks),
+            "samples_per_task": gate.samples,
+            "baseline_model": models["baseline"],
+            "candidate_model": models["candidate"],
+            **{f"{role}/{k}": v for role, report in reports.items() for k, v in _overall(report).items()},
+            "difference": comparison.overall.difference.value,
+            "difference_low": comparison.overall.difference.low,
+            "difference_high": comparison.overall.difference.high,
+            "by_family": _family_table(reports, comparison),
+            "pass_at_1": bar_chart(
+                {role: {f: m["pass@1"].value for f, m in reports[role].families.items()} for role in ROLES},
+                title="pass@1 per family",
+                xlabel="family",
+                ylabel="pass@1",
+            ),
+            "candidate_failures": preview(
+                rows[(rows["role"] == "candidate") & ~rows["passed"].astype(bool)], ("task_id", "family", "reason")
+            ),
+        },
+    )
+
+
+@dg.asset(group_name=groups.EVALUATION)
+def promotion(
+    context: dg.AssetExecutionContext, checkpoint_eval: pd.DataFrame, gate: PromotionGate
+) -> dg.MaterializeResult[pd.DataFrame]:
+    """The gate: promote the candidate only when it is better overall with confidence and no family regresses."""
+    models = checkpoint_eval.groupby("role")["model"].first()
+    comparison = _comparison(checkpoint_eval, gate.seed)
+    decision = decide(comparison, gate.policy())
+    registry = gate.registry()
+    if decision.promote:
+        registry.promote(models["candidate"], run_id=context.run_id, numbers=decision.numbers)
+    verdict = "promoted" if decision.promote else "kept baseline"
+    context.log.info(f"promotion: {verdict} ({models['candidate']} vs {models['baseline']})")
+    for reason in decision.reasons:
+        context.log.info(f"promotion: {reason}")
+    record = {
+        "decision": verdict,
+        "candidate": models["candidate"],
+        "baseline": models["baseline"],
+        "reasons": decision.reasons,
+        "numbers": decision.numbers,
+    }
+    return dg.MaterializeResult(
+        value=pd.DataFrame([record]),
+        metadata={
+            "decision": verdict,
+            "promoted": decision.promote,
+            "candidate": models["candidate"],
+            "baseline": models["baseline"],
+            "difference": comparison.overall.difference.value,
+            "difference_low": comparison.overall.difference.low,
+            "difference_high": comparison.overall.difference.high,
+            "reasons": dg.MetadataValue.md("\n".join(f"- {reason}" for reason in decision.reasons)),
+            "promoted_model": registry.baseline(models["baseline"]),
+            "registry": dg.MetadataValue.path(str(registry.path)),
+        },
+    )
+
+
+def _comparison(rows: pd.DataFrame, seed: int) -> Comparison:
+    """The paired comparison of the candidate's and the baseline's verdicts in an eval table."""
+    verdicts = {
+        role: part.groupby("task_id")["passed"].apply(lambda s: [bool(v) for v in s]).to_dict()
+        for role, part in rows.groupby("role")
+    }
+    families = dict(zip(rows["task_id"], rows["family"], strict=True))
+    return compare(verdicts["candidate"], verdicts["baseline"], families, seed=seed)
+
+
+def _overall(report: EvalReport) -> dict[str, float]:
+    return {metric: estimate.value for metric, estimate in report.overall.items()}
+
+
+def _family_table(reports: dict[str, EvalReport], comparison: Comparison) -> dg.MetadataValue:
+    """pass@1 with its interval per model, and the paired difference, overall and per family."""
+    parts = [("overall", comparison.overall, {r: reports[r].overall for r in ROLES})]
+    parts += [(f, paired, {r: reports[r].families[f] for r in ROLES}) for f, paired in comparison.families.items()]
+    rows = [
+        {
+            "family": family,
+            "tasks": paired.tasks,
+            **{f"{role} pass@1": str(metrics[role]["pass@1"]) for role in ROLES},
+            "difference": paired.difference.signed(),
+        }
+        for family, paired, metrics in parts
+    ]
+    columns = ["family", "tasks", *(f"{role} pass@1" for role in ROLES), "difference"]
+    return dg.MetadataValue.md(markdown_table(rows, columns))

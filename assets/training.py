@@ -1,0 +1,335 @@
+"""Training assets: audit the reward, warm up with SFT, profile difficulty, then train GRPO out of process.
+
+Each checkpoint asset stores a one-row manifest (which model, trained from what, on which tasks, with which
+config and verifier versions), so lineage questions are answered from stored assets, not from logs. Training
+directories are named by a hash of their inputs: a rerun after a kill finds the same directory and resumes
+from its last complete checkpoint.
+"""
+
+import hashlib
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from assets import groups
+from assets.metadata import count_table, markdown_table
+from assets.plots import bar_chart, line_chart
+from pipeline.resources import SeedRepository, StorageRoot, TrainingPolicy
+from training.evaluation import sample_and_score
+from training.grpo_job import METRICS_MESSAGE_KIND
+from training.reward_audit import audit_reward, load_labelled
+from validators.export import export_split
+from validators.rewards import build_reward_funcs
+from validators.tables import records_from_frame
+from validators.tasks import TASK_FIELDS, canonical_json
+
+REWARD_AUDIT_FILE = Path("audit", "reward_audit.jsonl")
+# Columns of a checkpoint manifest (sft_checkpoint, grpo_checkpoint): one row per materialization.
+MANIFEST_COLUMNS = (
+    "stage", "trained", "checkpoint", "start_model", "base_model", "train_rows", "train_task_ids",
+    "train_tasks_run_id", "steps", "train_seconds", "config", "verifier_versions",
+)  # fmt: skip
+DISAGREEMENT_COLUMNS = ("id", "family", "human_accept", "score", "human_reason")
+PLOTTED_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl")
+
+
+@dg.asset(
+    group_name=groups.TRAINING,
+    check_specs=[
+        dg.AssetCheckSpec(
+            "reward_sound",
+            asset="reward_audit",
+            blocking=True,
+            description="The reward agrees with human verdicts and pays nothing for completions that ignore the task.",
+        )
+    ],
+)
+def reward_audit(
+    context: dg.AssetExecutionContext, train_tasks: pd.DataFrame, seeds: SeedRepository, training: TrainingPolicy
+):  # no return annotation: with a check spec the op has two outputs
+    """The training reward scored against the labelled audit set, plus reward-hack probes on the training tasks."""
+    verify_context = seeds.verify_context()
+    funcs, weights = build_reward_funcs(training.reward_weights, context=verify_context)
+    labelled = load_labelled(seeds.folder / REWARD_AUDIT_FILE, context=verify_context)
+    tasks = records_from_frame(train_tasks[list(TASK_FIELDS)])
+    audit = audit_reward(funcs, weights, tasks, labelled, policy=training.audit_policy())
+    for reason in audit.reasons:
+        context.log.info(f"reward audit: {reason}")
+    rows = pd.DataFrame(audit.rows)
+    disagreements = rows[rows["agree"].eq(False)] if "agree" in rows else rows
+    return dg.MaterializeResult(
+        value=rows,
+        metadata={
+            **{name: value for name, value in audit.numbers.items()},
+            "labelled_rows": len(labelled),
+            "probe_tasks": len(tasks),
+            "reward_weights": dg.MetadataValue.json(training.reward_weights),
+            "checks": dg.MetadataValue.md("\n".join(f"- {reason}" for reason in audit.reasons)),
+            "disagreements": dg.MetadataValue.md(
+                markdown_table(disagreements.head(20).to_dict(orient="records"), DISAGREEMENT_COLUMNS)
+            ),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="reward_sound",
+                passed=audit.passed,
+                severity=dg.AssetCheckSeverity.ERROR,
+                description="the reward is sound" if audit.passed else _failed(audit.reasons),
+                metadata={k: v for k, v in audit.numbers.items() if isinstance(v, int | float)},
+            )
+        ],
+    )
+
+
+@dg.asset(group_name=groups.TRAINING, deps=["reward_audit"], pool="gpu")
+def sft_checkpoint(
+    context: dg.AssetExecutionContext, train_tasks: pd.DataFrame, training: TrainingPolicy, storage: StorageRoot
+) -> dg.MaterializeResult[pd.DataFrame]:
+    """The policy GRPO starts from: the base model after an SFT warm-up on the training references (or as is)."""
+    from training.sft import run_sft
+
+    base = training.model()
+    if not training.sft:
+        manifest = _manifest(context, "sft", trained=False, checkpoint=base, start=base, base=base)
+        return dg.MaterializeResult(value=manifest, metadata={"trained": False, "checkpoint": base})
+    tasks = records_from_frame(train_tasks[list(TASK_FIELDS)])
+    config = {
+        "max_steps": training.sft_max_steps,
+        "learning_rate": training.sft_learning_rate,
+        "batch_size": training.sft_batch_size,
+        "max_length": training.sft_max_length,
+        "use_lora": training.sft_use_lora,
+    }
+    output_dir = storage.path("training", "sft", _digest(base, [t["task_id"] for t in tasks], config))
+    history: list[dict[str, Any]] = []
+
+    def on_metrics(metrics: dict[str, Any]) -> None:
+        history.append(metrics)
+        if "loss" in metrics:
+            context.log.info(f"SFT step {metrics.get('step')}: loss {metrics['loss']:.4g}")
+
+    result = run_sft(base, tasks, output_dir, on_metrics=on_metrics, **config)
+    manifest = _manifest(
+        context,
+        "sft",
+        trained=True,
+        checkpoint=str(result.checkpoint_dir),
+        start=base,
+        base=base,
+        task_ids=[t["task_id"] for t in tasks if t.get("reference")],
+        steps=result.steps,
+        seconds=result.train_seconds,
+        config=config,
+    )
+    losses = [m for m in history if "loss" in m]
+    return dg.MaterializeResult(
+        value=manifest,
+        metadata={
+            "trained": True,
+            "checkpoint": dg.MetadataValue.path(str(result.checkpoint_dir)),
+            "base_model": base,
+            "steps": result.steps,
+            "train_rows": result.train_rows,
+            "skipped_rows_without_reference": result.skipped_rows,
+            "train_seconds": dg.MetadataValue.float(result.train_seconds),
+            "resumed_from": result.resumed_from or "",
+            "loss_curve": line_chart(
+                [m.get("step", i) for i, m in enumerate(losses)],
+                {"loss": [m["loss"] for m in losses]},
+                title="SFT loss",
+                xlabel="step",
+                ylabel="loss",
+            ),
+        },
+    )
+
+
+@dg.asset(group_name=groups.TRAINING)
+def difficulty_profile(
+    context: dg.AssetExecutionContext,
+    train_tasks: pd.DataFrame,
+    sft_checkpoint: pd.DataFrame,
+    seeds: SeedRepository,
+    training: TrainingPolicy,
+) -> dg.MaterializeResult[pd.DataFrame]:
+    """Offline dynamic sampling: the starting policy's pass rate per training task, and which tasks GRPO gets."""
+    ids = train_tasks[["task_id", "family"]].reset_index(drop=True)
+    if not training.difficulty_profile:
+        profile = ids.assign(solved=None, samples=0, label="not_profiled", in_grpo_set=True)
+        return dg.MaterializeResult(
+            value=profile,
+            metadata={"enabled": False, "rows": len(profile), "in_grpo_set": len(profile)},
+        )
+    policy_model = str(sft_checkpoint.loc[0, "checkpoint"])
+    k = training.difficulty_k
+    context.log.info(f"sampling {k} completions for each of {len(ids)} training tasks with {policy_model}")
+    sampled = sample_and_score(
+        policy_model,
+        records_from_frame(train_tasks[list(TASK_FIELDS)]),
+        k=k,
+        max_new_tokens=training.difficulty_max_new_tokens,
+        context=seeds.verify_context(),
+    )
+    solved = [sum(sampled.passed[task_id]) for task_id in ids["task_id"]]
+    labels = ["never_solved" if n == 0 else "always_solved" if n == k else "learnable" for n in solved]
+    profile = ids.assign(
+        solved=solved, samples=k, label=labels, in_grpo_set=[label == "learnable" for label in labels]
+    )
+    by_family = pd.crosstab(profile["family"], profile["label"]).reset_index()
+    distribution = Counter(solved)
+    return dg.MaterializeResult(
+        value=profile,
+        metadata={
+            "enabled": True,
+            "policy": policy_model,
+            "rows": len(profile),
+            "in_grpo_set": int(profile["in_grpo_set"].sum()),
+            "labels": count_table(profile["label"], "label"),
+            "labels_by_family": dg.MetadataValue.md(
+                markdown_table(by_family.to_dict(orient="records"), list(by_family.columns))
+            ),
+            "solved_of_k": bar_chart(
+                {"tasks": {str(n): distribution.get(n, 0) for n in range(k + 1)}},
+                title=f"completions solved out of {k} per task",
+                xlabel="solved",
+                ylabel="tasks",
+            ),
+        },
+    )
+
+
+@dg.asset(group_name=groups.TRAINING, pool="gpu")
+def grpo_checkpoint(
+    context: dg.AssetExecutionContext,
+    train_tasks: pd.DataFrame,
+    difficulty_profile: pd.DataFrame,
+    sft_checkpoint: pd.DataFrame,
+    training: TrainingPolicy,
+    seeds: SeedRepository,
+    storage: StorageRoot,
+    pipes: dg.PipesSubprocessClient,
+) -> dg.MaterializeResult[pd.DataFrame]:
+    """GRPO with the registry's rewards, run by `python -m training.grpo_job` under Dagster Pipes.
+
+    Step metrics stream back while it trains; the same job config runs under a Kubernetes/GPU launcher.
+    """
+    chosen = set(difficulty_profile.loc[difficulty_profile["in_grpo_set"].astype(bool), "task_id"])
+    part = train_tasks[train_tasks["task_id"].isin(chosen)].reset_index(drop=True)
+    if part.empty:
+        raise ValueError(
+            f"no training task is left for GRPO: difficulty_profile kept none of {len(train_tasks)} (the starting "
+            "policy solves every task always or never); add tasks, enable SFT, or set difficulty_profile=False"
+        )
+    start = str(sft_checkpoint.loc[0, "checkpoint"])
+    grpo = {**training.grpo, "reward_weights_by_verifier": training.reward_weights}
+    task_ids = sorted(part["task_id"])
+    run_dir = storage.path("training", "grpo", _digest(start, task_ids, {"runtime": training.runtime, **grpo}))
+    exported = export_split(part, run_dir, "train")
+    job = {
+        "model_path": start,
+        "output_dir": str(run_dir / "output"),
+        "train_file": str(exported.parquet),
+        "runtime": training.runtime,
+        "grpo": grpo,
+    }
+    config_path = run_dir / "job.json"
+    config_path.write_text(json.dumps(job, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    context.log.info(f"GRPO on {len(part)} tasks from {start}; job config {config_path}")
+    invocation = pipes.run(
+        context=context,
+        command=[sys.executable, "-m", "training.grpo_job", "--config", str(config_path)],
+        env={"SEEDWHEEL_SEEDS": str(seeds.folder)},  # verifier fixtures resolve against the seeds folder
+    )
+    reported = {name: value.value for name, value in invocation.get_materialize_result().metadata.items()}
+    steps = [m for m in invocation.get_custom_messages() if m.get("kind") == METRICS_MESSAGE_KIND and "reward" in m]
+    manifest = _manifest(
+        context,
+        "grpo",
+        trained=True,
+        checkpoint=str(reported["checkpoint_dir"]),
+        start=start,
+        base=str(sft_checkpoint.loc[0, "base_model"]),
+        task_ids=task_ids,
+        steps=int(reported["steps"]),
+        seconds=float(reported["train_seconds"]),
+        config=job,
+        verifier_versions=reported["verifier_versions"],
+    )
+    return dg.MaterializeResult(
+        value=manifest,
+        metadata={
+            "checkpoint": dg.MetadataValue.path(str(reported["checkpoint_dir"])),
+            "start_model": start,
+            "steps": int(reported["steps"]),
+            "train_rows": int(reported["train_rows"]),
+            "filtered_rows": int(reported["filtered_rows"]),
+            "final_reward_mean": reported["final_reward_mean"],
+            "reward_means": dg.MetadataValue.json(reported["reward_means"]),
+            "verifier_versions": dg.MetadataValue.json(reported["verifier_versions"]),
+            "resumed_from": reported["resumed_from"],
+            "train_seconds": dg.MetadataValue.float(float(reported["train_seconds"])),
+            "train_tasks_run_id": manifest.loc[0, "train_tasks_run_id"],
+            "job_config": dg.MetadataValue.path(str(config_path)),
+            "reward_curve": _reward_curve(steps),
+        },
+    )
+
+
+def _reward_curve(steps: list[dict[str, Any]]) -> dg.MetadataValue:
+    keys = [key for key in PLOTTED_METRICS if any(m.get(key) is not None for m in steps)]
+    keys += sorted({k for m in steps for k in m if k.startswith("rewards/") and k.endswith("/mean")})
+    return line_chart(
+        [m.get("step", i) for i, m in enumerate(steps)],
+        {key: [m.get(key) for m in steps] for key in keys},
+        title="GRPO rewards per step",
+        xlabel="step",
+        ylabel="value",
+    )
+
+
+def _manifest(
+    context: dg.AssetExecutionContext,
+    stage: str,
+    *,
+    trained: bool,
+    checkpoint: str,
+    start: str,
+    base: str,
+    task_ids: list[str] | None = None,
+    steps: int = 0,
+    seconds: float = 0.0,
+    config: dict[str, Any] | None = None,
+    verifier_versions: dict[str, Any] | None = None,
+) -> pd.DataFrame:
+    """One row saying what a checkpoint is and where it came from (the lineage CLI reads these)."""
+    latest = context.instance.get_latest_materialization_event(dg.AssetKey("train_tasks"))
+    row = {
+        "stage": stage,
+        "trained": trained,
+        "checkpoint": checkpoint,
+        "start_model": start,
+        "base_model": base,
+        "train_rows": len(task_ids or []),
+        "train_task_ids": task_ids or [],
+        "train_tasks_run_id": latest.run_id if latest else None,
+        "steps": steps,
+        "train_seconds": seconds,
+        "config": config or {},
+        "verifier_versions": verifier_versions or {},
+    }
+    return pd.DataFrame([row], columns=MANIFEST_COLUMNS)
+
+
+def _digest(model: str, task_ids: list[str], config: dict[str, Any]) -> str:
+    """A name for a training directory: the same inputs give the same directory, so a rerun resumes there."""
+    payload = canonical_json({"model": model, "tasks": sorted(task_ids), "config": config})
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _failed(reasons: list[str]) -> str:
+    return "; ".join(r for r in reasons if not r.endswith(": ok") and not r.startswith("note:")) or "failed"

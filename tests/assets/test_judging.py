@@ -1,0 +1,70 @@
+"""judged_tasks against a fake judge: its metadata says whether and why everything was judged again, with plots."""
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from generators.fake_server import FakeOpenAIServer
+from pipeline.runs import materialize
+from validators.registry import VerifyContext
+from validators.seeds import load_seeds
+from validators.tables import frame_from_records, write_table
+from validators.tasks import TASK_FIELDS
+
+ANSWER = json.dumps({"rationale": "Fine.", "clarity": 5, "solvability": 4, "reference_correctness": 5, "on_topic": 5})
+
+
+@pytest.fixture
+def judge_server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(responder=lambda body: ANSWER) as server:
+        yield server
+
+
+@pytest.fixture
+def planted(settings) -> list[dict]:
+    """Deduplicated tasks as the previous step would have written them: some arithmetic seeds, none duplicates."""
+    seeds_dir = settings.seeds_dir
+    seeds = load_seeds([seeds_dir / "arithmetic"], root=seeds_dir.parent, context=VerifyContext(seeds_dir=seeds_dir))
+    tasks = [{**{k: t[k] for k in TASK_FIELDS}, "is_duplicate": False} for t in seeds.tasks[:6]]
+    write_table(frame_from_records(tasks), settings.home / "deduplicated_tasks.parquet")
+    return tasks
+
+
+def judged_metadata(settings) -> dict[str, Any]:
+    summary = materialize(settings, "judged_tasks")
+    assert summary.success, summary.failures
+    [judged] = [a for a in summary.assets if a.key == "judged_tasks"]
+    return judged.metadata
+
+
+def test_metadata_says_first_run_unchanged_or_what_changed(settings, judge_server, planted):
+    # The quickstart judges at most two tasks per family.
+    judged = 2
+    settings = dataclasses.replace(settings, llm_base_url=judge_server.base_url, llm_model="judge-a")
+    first = judged_metadata(settings)
+    assert (first["rejudged"], first["llm_calls_made"]) == ("first run", judged)
+    assert first["judge_setup"]["model"] == "judge-a" and first["rubric"] == "task_quality-r1"
+    # Plots beside the tables: PNGs embedded in Markdown.
+    for plot in ("score_plot", "lowest_score_plot"):
+        assert first[plot].startswith("![") and "data:image/png;base64," in first[plot]
+    assert "| reference_correctness |" in first["score_histograms"]
+
+    again = judged_metadata(settings)
+    assert (again["rejudged"], again["llm_calls_made"], again["llm_calls_cached"]) == ("unchanged", 0, judged)
+
+    # Another judge model: the cache cannot answer, and the metadata says why every task cost a call again.
+    other = judged_metadata(dataclasses.replace(settings, llm_model="judge-b"))
+    assert (other["rejudged"], other["llm_calls_made"]) == ("judge model judge-a -> judge-b", judged)
+
+
+def test_an_unreadable_history_is_reported_not_fatal(settings, judge_server, planted):
+    settings = dataclasses.replace(settings, llm_base_url=judge_server.base_url, llm_model="judge-a")
+    history = settings.home / "llm_cache" / "judge_history" / "judged_tasks.json"
+    history.parent.mkdir(parents=True)
+    history.write_text("{not json")
+    metadata = judged_metadata(settings)
+    assert metadata["rejudged"].startswith("unknown: the previous judge setup could not be read")
+    assert json.loads(history.read_text())["setup"]["model"] == "judge-a"  # replaced by a good record

@@ -1,0 +1,42 @@
+"""The LLMEndpoint resource is a thin wrapper: its config becomes a plain `generators.llm.Endpoint`."""
+
+import pytest
+
+from generators.llm import LOCAL_PLACEHOLDER_URL
+from pipeline.resources import LLMEndpoint
+from tests.paths import SEEDS
+
+
+def resource(tmp_path, **fields) -> LLMEndpoint:
+    return LLMEndpoint(
+        cache_dir=str(tmp_path / "cache"), work_dir=str(tmp_path / "work"), seeds_path=str(SEEDS), **fields
+    )
+
+
+def test_a_configured_url_is_used_as_is(tmp_path):
+    endpoint = resource(tmp_path, base_url="http://10.0.0.5:8000/v1", model="qwen", max_tokens=64).endpoint()
+    assert endpoint.local_server is None
+    assert (endpoint.config.base_url, endpoint.config.model, endpoint.config.max_tokens) == (
+        "http://10.0.0.5:8000/v1",
+        "qwen",
+        64,
+    )
+    assert endpoint.cache_dir == str(tmp_path / "cache")
+
+
+def test_without_a_url_a_local_server_serves_the_quickstart_model(tmp_path):
+    endpoint = resource(tmp_path).endpoint()
+    assert endpoint.local_server is not None and endpoint.config.base_url == LOCAL_PLACEHOLDER_URL
+    # Named before it is built (the cache keys on it), under the work dir, after a hash of the seed texts.
+    assert endpoint.config.model.startswith(str(tmp_path / "work" / "models" / "tiny-policy-"))
+    assert not (tmp_path / "work").exists()  # nothing is built until a request misses the cache
+
+
+def test_a_remote_url_without_a_model_fails_with_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="model is empty"):
+        resource(tmp_path, base_url="http://10.0.0.5:8000/v1").endpoint()
+
+
+def test_client_outside_a_step_says_what_to_use(tmp_path):
+    with pytest.raises(RuntimeError, match=r"outside Dagster use `with llm.endpoint\(\) as endpoint"):
+        resource(tmp_path, base_url="http://10.0.0.5:8000/v1", model="qwen").client()

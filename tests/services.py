@@ -1,0 +1,217 @@
+"""System services the integration tests start on loopback (Debian packages installed by `make test`).
+
+A missing service makes its tests skip with the install command, so a laptop without root can still run the
+rest; CI sets `SEEDWHEEL_REQUIRE_SERVICES=1`, which turns that skip into a failure.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pipeline.settings import Settings
+from tests.paths import REPO
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+# The flags CI's Chromium runs with: no sandbox (root in a container), no GPU, nothing fetched in the background.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking")
+
+
+def require(executable: str, package: str) -> str:
+    """The executable's path, or a skip (a failure under SEEDWHEEL_REQUIRE_SERVICES=1) naming the package."""
+    found = shutil.which(executable)
+    if found is None:
+        message = f"{executable} is not installed: apt-get install {package} (make test installs it as root)"
+        if os.environ.get("SEEDWHEEL_REQUIRE_SERVICES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def redis_server(workdir: Path) -> Iterator[int]:
+    """A throwaway `redis-server` on 127.0.0.1 (no persistence); yields its port, stops it afterwards."""
+    executable = require("redis-server", "redis-server")
+    port = free_port()
+    command = [executable, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
+    with open(workdir / "redis.log", "wb") as log:
+        process = subprocess.Popen([*command, "--dir", str(workdir)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start: {(workdir / 'redis.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def require_chromium() -> tuple[str, str]:
+    """Paths of `chromium` and `chromedriver`, or a skip (a failure under SEEDWHEEL_REQUIRE_SERVICES=1)."""
+    return require("chromium", "chromium"), require("chromedriver", "chromium-driver")
+
+
+@contextmanager
+def headless_chromium(window_size: tuple[int, int] = (1600, 1000)) -> Iterator["WebDriver"]:
+    """Headless Chromium driven by Selenium through the Debian `chromedriver` (no driver download); quits after."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser, driver = require_chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in (*CHROMIUM_FLAGS, f"--window-size={window_size[0]},{window_size[1]}"):
+        options.add_argument(flag)
+    chrome = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+def graphql(base_url: str, query: str, variables: Mapping[str, Any] | None = None, timeout_s: float = 30) -> dict:
+    """POST a query to the Dagster webserver's GraphQL API; its `data`, or an AssertionError with the errors."""
+    body = json.dumps({"query": query, "variables": dict(variables or {})}).encode()
+    request = urllib.request.Request(f"{base_url}/graphql", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        answer = json.load(response)
+    assert not answer.get("errors"), f"GraphQL errors: {answer['errors']}"
+    return answer["data"]
+
+
+_LOCATIONS = """
+query Locations {
+  workspaceOrError {
+    __typename
+    ... on Workspace {
+      locationEntries {
+        name
+        loadStatus
+        locationOrLoadError { __typename ... on PythonError { message } }
+      }
+    }
+  }
+}
+"""
+
+
+@contextmanager
+def dagster_dev(settings: Settings, workdir: Path, timeout_s: float = 240) -> Iterator[str]:
+    """`dagster dev -w workspace.yaml` (webserver and daemon) on 127.0.0.1, as `seedwheel ui` starts it.
+
+    Runs in its own process group with `settings.environ()`, after creating the instance (`dagster.yaml`, whose
+    run queue needs the daemon); yields the base URL once the code location has loaded; stops the whole group
+    (webserver, daemon, code server, run workers) afterwards, also on failure. Its log is `workdir/dagster.log`.
+    """
+    from pipeline.instance import open_instance
+
+    open_instance(settings).dispose()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = workdir / "dagster.log"
+    dagster = Path(sys.executable).with_name("dagster")
+    command = [str(dagster), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env={**os.environ, **settings.environ()},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: stopping it reaches every process it started
+        )
+    try:
+        _wait_for_location(url, process, log_path, time.monotonic() + timeout_s)
+        yield url
+    finally:
+        _stop_group(process)
+
+
+def _wait_for_location(url: str, process: subprocess.Popen[bytes], log_path: Path, deadline: float) -> None:
+    """Until `/server_info` answers and every code location has loaded; a load error fails with its message."""
+
+    def tail() -> str:
+        return log_path.read_text(errors="replace")[-3000:]
+
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"dagster dev exited with {process.returncode}:\n{tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"dagster dev did not load the code location at {url} in time:\n{tail()}")
+        try:
+            with urllib.request.urlopen(f"{url}/server_info", timeout=2):
+                pass
+            entries = graphql(url, _LOCATIONS, timeout_s=10)["workspaceOrError"].get("locationEntries") or []
+        except (OSError, urllib.error.URLError):
+            entries = []
+        if entries and all(entry["loadStatus"] == "LOADED" for entry in entries):
+            errors = [e["locationOrLoadError"].get("message") for e in entries if e["locationOrLoadError"]]
+            errors = [e for e in errors if e]
+            if errors:
+                raise RuntimeError(f"the code location failed to load: {errors[0]}")
+            return
+        time.sleep(0.5)
+
+
+def _stop_group(process: subprocess.Popen[bytes], grace_s: float = 20) -> None:
+    """SIGTERM to the process group, SIGKILL to whatever is left after `grace_s`; returns once it is gone."""
+    group = process.pid  # start_new_session: the leader's pid is the group id
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        process.poll()  # reap the leader
+        if not _group_alive(group):
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a live (not zombie) process is left in the group; orphaned zombies wait for a reaper, not for us."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+            if int(fields[2]) == group and fields[0] != "Z":
+                return True
+    return False

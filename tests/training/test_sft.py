@@ -1,0 +1,156 @@
+"""SFT warm-up on the tiny model: example building, real training, the final folder, resume, and errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from training.sft import SFTConfigError, SFTDataError, SFTResult, prompt_completion_rows, run_sft, sft_examples
+from training.tiny_model import load_policy
+
+SYSTEM = "Answer with #### <number>."
+# Tiny steps: 4 short examples (~40 tokens) a step, ~0.05-0.1 s each on two shared cores.
+TINY_SFT = {"batch_size": 4, "learning_rate": 5e-3, "max_length": 128, "seed": 0, "overrides": {"disable_tqdm": True}}
+
+
+def _task(a: int, b: int, *, reference: bool = True) -> dict[str, Any]:
+    return {
+        "task_id": f"add-{a}-{b}",
+        "family": "arithmetic",
+        "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {a} + {b}?"}],
+        "verifier": {"name": "numeric_answer", "params": {"answer": a + b}},
+        "reference": f"#### {a + b}" if reference else None,
+    }
+
+
+TASKS = [_task(a, b) for a in range(3) for b in range(3)] + [
+    _task(7, 7, reference=False),
+    _task(8, 8, reference=False),
+]
+
+
+@pytest.fixture(scope="module")
+def first_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[SFTResult, list[dict]]:
+    """One real 4-step SFT run (checkpoints at 2 and 4), shared by the tests that read its outputs."""
+    seen: list[dict] = []
+    out = tmp_path_factory.mktemp("sft") / "run"
+    result = run_sft(tiny_model_dir, TASKS, out, max_steps=4, save_steps=2, on_metrics=seen.append, **TINY_SFT)
+    return result, seen
+
+
+def test_sft_examples_append_the_reference_and_count_skips() -> None:
+    examples, skipped = sft_examples(
+        [
+            _task(1, 2),
+            _task(3, 4, reference=False),  # None: nothing to imitate
+            {**_task(5, 6), "reference": "   "},  # blank is no reference either
+            {"task_id": "s", "prompt": "2+2?", "reference": "#### 4"},  # a string prompt is one user message
+        ]
+    )
+    assert skipped == 2
+    assert examples[0]["messages"] == [*_task(1, 2)["prompt"], {"role": "assistant", "content": "#### 3"}]
+    assert examples[1]["messages"] == [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "#### 4"},
+    ]
+
+
+def test_sft_examples_reject_a_malformed_prompt() -> None:
+    with pytest.raises(SFTDataError, match="task bad: prompt must be"):
+        sft_examples([{"task_id": "bad", "prompt": [{"role": "user"}], "reference": "x"}])
+
+
+def test_sft_trains_logs_loss_and_writes_a_loadable_final(
+    first_run: tuple[SFTResult, list[dict]], tiny_model_dir: Path
+) -> None:
+    import torch
+
+    result, seen = first_run
+    assert (result.steps, result.train_rows, result.skipped_rows) == (4, 9, 2)
+    assert result.resumed_from is None
+    # The sink saw every step's loss as it happened, and the same records are in the result.
+    losses = [m["loss"] for m in seen if m.get("loss") is not None]
+    assert len(losses) == 4 and all(loss > 0 for loss in losses)
+    assert seen == result.metrics
+    summary = result.summary()
+    json.dumps(summary)  # JSON-ready for asset metadata
+    assert summary["final_loss"] == losses[-1] and summary["tokens_per_second"] > 0
+    # final/ is a complete model directory: it loads as a policy, and training moved its weights.
+    assert result.checkpoint_dir == result.checkpoint_dir.parent / "final"
+    trained, tokenizer = load_policy(result.checkpoint_dir)
+    base, _ = load_policy(tiny_model_dir)
+    assert tokenizer.chat_template
+    changed = [
+        name
+        for (name, p), (_, q) in zip(trained.named_parameters(), base.named_parameters(), strict=True)
+        if not torch.equal(p, q)
+    ]
+    assert changed, "SFT left every parameter unchanged"
+
+
+def test_rows_put_the_assistant_turn_in_the_completion() -> None:
+    # TRL's completion_only_loss then keeps the prompt (system + question) out of the loss.
+    examples, _ = sft_examples([_task(1, 2)])
+    (row,) = prompt_completion_rows(examples)
+    assert row["prompt"] == _task(1, 2)["prompt"]
+    assert row["completion"] == [{"role": "assistant", "content": "#### 3"}]
+
+
+def test_sft_resumes_from_the_last_checkpoint(first_run: tuple[SFTResult, list[dict]], tmp_path: Path) -> None:
+    result, _ = first_run
+    out = tmp_path / "run"
+    shutil.copytree(result.checkpoint_dir.parent, out)
+    model_dir = result.checkpoint_dir  # start from the trained weights: only the checkpoint matters on resume
+    resumed = run_sft(model_dir, TASKS, out, max_steps=6, save_steps=2, **TINY_SFT)
+    assert resumed.resumed_from == str(out / "checkpoint-4")
+    assert resumed.steps == 6
+    # Only the steps after the checkpoint were trained (and logged) in this run.
+    assert {m["step"] for m in resumed.metrics if "loss" in m} == {5, 6}
+    assert (out / "final" / "config.json").is_file()
+
+
+def test_sft_without_any_reference_says_what_to_do(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(SFTDataError, match=r"none of the 2 tasks has a reference.*add references"):
+        run_sft(tiny_model_dir, [_task(1, 1, reference=False), _task(2, 2, reference=False)], tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_steps": 0}, "max_steps=0 must be >= 1"),
+        ({"learning_rate": 0.0}, "learning_rate=0.0 must be > 0"),
+        ({"overrides": {"no_such_field": 1}}, "overrides: .*no_such_field.*SFTConfig field names"),
+    ],
+)
+def test_sft_bad_settings_name_the_fix(
+    tiny_model_dir: Path, tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SFTConfigError, match=message):
+        run_sft(tiny_model_dir, TASKS, tmp_path, **kwargs)
+
+
+def test_lora_without_peft_names_the_package(tiny_model_dir: Path, tmp_path: Path) -> None:
+    if importlib.util.find_spec("peft") is not None:
+        pytest.skip("peft is installed here")
+    with pytest.raises(SFTConfigError, match="pip install peft"):
+        run_sft(tiny_model_dir, TASKS, tmp_path, use_lora=True)
+
+
+def test_lora_trains_adapters_and_saves_a_merged_plain_model(tiny_model_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("peft", reason="LoRA needs peft (the dev and lora extras install it)")
+    import torch
+
+    result = run_sft(tiny_model_dir, TASKS, tmp_path / "lora", max_steps=3, use_lora=True, lora_r=4, **TINY_SFT)
+    assert not (result.checkpoint_dir / "adapter_config.json").exists()  # merged: loads without peft
+    trained, _ = load_policy(result.checkpoint_dir)
+    base, _ = load_policy(tiny_model_dir)
+    before, after = base.state_dict(), trained.state_dict()
+    assert before.keys() == after.keys()
+    # The adapters touched the linear layers only; embeddings and norms are the base model's.
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert changed and all("proj" in name for name in changed)

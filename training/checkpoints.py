@@ -1,0 +1,212 @@
+"""What the TRL training runs (`training.grpo`, `training.sft`) share: checkpoints, the final folder, metrics, LoRA.
+
+- **Resuming**: `last_complete_checkpoint(output_dir)` is the newest `checkpoint-N` that transformers finished
+  writing (it writes `trainer_state.json` last, so a folder without it was cut off by a kill and is skipped with a
+  warning). Passing it to `trainer.train(resume_from_checkpoint=...)` is `resume_from_checkpoint=True` minus that
+  failure mode.
+- **The final folder**: `save_final` writes the model and tokenizer to `<output_dir>/.final.partial` and renames
+  it to `<output_dir>/final`, so a `final` folder is always complete; LoRA adapters are merged first, so the folder
+  loads with `AutoModelForCausalLM` like any other model directory.
+- **Metrics**: `metrics_callback(sink)` is a `TrainerCallback` that forwards every `on_log` dict (plus `step` and
+  `tokens_per_second`) to a sink as training goes, e.g. a Dagster Pipes message.
+- **LoRA**: `peft_lora_config(...)` builds a `peft.LoraConfig`, or raises `MissingPeftError` naming the install.
+
+Like `training.grpo`, importing this module costs nothing: torch/transformers/peft are imported inside functions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+FINAL_DIRNAME = "final"
+PEFT_HINT = "pip install peft"
+LORA_EXTRA_HINT = "pip install 'seedwheel[lora]'"
+# transformers writes this file last into a checkpoint folder: its presence marks a complete checkpoint.
+TRAINER_STATE_FILE = "trainer_state.json"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+MetricsSink = Callable[[dict[str, Any]], None]
+
+
+class MissingPeftError(ImportError):
+    """LoRA was asked for but the `peft` package is not installed; the message names the install command."""
+
+
+def peft_available() -> bool:
+    """Whether `peft` is importable (found without importing it)."""
+    return importlib.util.find_spec("peft") is not None
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
+    """The highest-numbered `checkpoint-N` folder in `output_dir` that holds a `trainer_state.json`.
+
+    transformers writes the trainer state last, so a folder without it was cut off mid-save (a killed run) and
+    cannot be resumed from; such folders are skipped with a warning.
+
+    Args:
+        output_dir: the training output folder (may not exist yet).
+
+    Returns:
+        The checkpoint folder, or None when there is none.
+
+    Example:
+        >>> last_complete_checkpoint("runs/grpo")  # doctest: +SKIP
+        PosixPath('runs/grpo/checkpoint-200')
+    """
+    root = Path(output_dir)
+    if not root.is_dir():
+        return None
+    numbered = sorted(
+        ((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT_RE.match(p.name))),
+        reverse=True,
+    )
+    for _, path in numbered:
+        if (path / TRAINER_STATE_FILE).is_file():
+            return path
+        logger.warning(
+            "Skipping %s: no %s, so its save was cut off; resuming from an earlier one.", path, TRAINER_STATE_FILE
+        )
+    return None
+
+
+def save_final(trainer: Any, tokenizer: Any, output_dir: str | os.PathLike[str], use_lora: bool) -> Path:
+    """Write the trained model and tokenizer beside `<output_dir>/final`, then rename into place.
+
+    Args:
+        trainer: a finished `transformers.Trainer` (or TRL subclass).
+        tokenizer: the tokenizer to save beside the weights.
+        output_dir: the run's output folder.
+        use_lora: the model is a peft model; its adapters are merged so the folder is a plain model directory.
+
+    Returns:
+        `<output_dir>/final`, complete (a killed save leaves at most `.final.partial` beside it).
+
+    Example:
+        >>> save_final(trainer, tokenizer, "runs/sft", use_lora=False)  # doctest: +SKIP
+        PosixPath('runs/sft/final')
+    """
+    output_dir = Path(output_dir)
+    final = output_dir / FINAL_DIRNAME
+    staging = output_dir / f".{FINAL_DIRNAME}.partial"
+    main = trainer.is_world_process_zero()
+    if main and staging.exists():
+        shutil.rmtree(staging)
+    if use_lora:
+        # Merged, so the folder loads with AutoModelForCausalLM like any other checkpoint.
+        merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+        if main:
+            merged.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+    else:
+        trainer.save_model(str(staging))  # all processes: sharded setups gather weights here
+        if main:
+            tokenizer.save_pretrained(staging)
+    if main:
+        old = output_dir / f".{FINAL_DIRNAME}.old"
+        if old.exists():
+            shutil.rmtree(old)
+        if final.exists():
+            final.rename(old)
+        staging.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _plain(value: Any) -> Any:
+    # Metrics go to JSON (Pipes messages, summaries): tensors/numpy scalars to floats, NaN to None.
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def metrics_callback(sink: MetricsSink | None = None) -> Any:
+    """A `transformers.TrainerCallback` that records every `on_log` dict and forwards it to `sink`.
+
+    Each record is the trainer's logs (GRPO: `reward`, `reward_std`, `rewards/<name>/mean|std`, `kl`, ...; SFT:
+    `loss`, `mean_token_accuracy`, ...; both: `grad_norm`, `learning_rate`, `entropy`, `num_tokens`; the last one
+    holds `train_runtime`) plus `step` and, from the growth of `num_tokens` between logs, `tokens_per_second`.
+    NaN becomes None. A sink that raises is logged, not fatal: losing a progress message must not cost a run.
+
+    Args:
+        sink: called with a copy of each record, on the main process only.
+
+    Returns:
+        The callback; its `history` attribute is the list of records.
+
+    Example:
+        >>> callback = metrics_callback(print)  # doctest: +SKIP
+        >>> GRPOTrainer(..., callbacks=[callback])  # doctest: +SKIP
+    """
+    from transformers import TrainerCallback
+
+    class MetricsForwarder(TrainerCallback):
+        def __init__(self) -> None:
+            self.history: list[dict[str, Any]] = []
+            self._last_tokens: tuple[float, float] | None = None
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
+            if not logs or not state.is_world_process_zero:
+                return
+            record = {"step": state.global_step, **{key: _plain(value) for key, value in logs.items()}}
+            now = time.perf_counter()
+            tokens = record.get("num_tokens")
+            if isinstance(tokens, int | float):
+                if self._last_tokens is not None and now > self._last_tokens[0] and tokens >= self._last_tokens[1]:
+                    record["tokens_per_second"] = (tokens - self._last_tokens[1]) / (now - self._last_tokens[0])
+                self._last_tokens = (now, tokens)
+            self.history.append(record)
+            if sink is not None:
+                try:
+                    sink(dict(record))
+                except Exception:  # a progress channel must not kill training
+                    logger.exception("on_metrics sink failed at step %s; training goes on", state.global_step)
+
+    return MetricsForwarder()
+
+
+def peft_lora_config(
+    *, r: int, alpha: float, dropout: float, target_modules: Sequence[str] | str = "all-linear"
+) -> Any:
+    """A `peft.LoraConfig` for a causal LM.
+
+    Args:
+        r: LoRA rank.
+        alpha: LoRA scaling numerator (often 2 x r).
+        dropout: dropout on the LoRA path.
+        target_modules: module names, or `"all-linear"`.
+
+    Returns:
+        The `LoraConfig` (task type `CAUSAL_LM`).
+
+    Raises:
+        MissingPeftError: peft is not installed (the message names `pip install peft`).
+
+    Example:
+        >>> peft_lora_config(r=16, alpha=32, dropout=0.05)  # doctest: +SKIP
+    """
+    try:
+        from peft import LoraConfig
+    except ImportError:
+        raise MissingPeftError(
+            f"LoRA needs the peft package: {PEFT_HINT} (or the `lora` extra: {LORA_EXTRA_HINT})"
+        ) from None
+    return LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
+        task_type="CAUSAL_LM",
+    )

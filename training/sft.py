@@ -1,0 +1,311 @@
+"""SFT warm-up before GRPO: TRL's `SFTTrainer` on the tasks' known-good references, loss on the answer only.
+
+A random or weak policy rarely samples a completion its verifier accepts, and GRPO learns nothing from a group
+whose rewards are all equal. A short supervised warm-up on the references (every valid task has one that passes
+its own verifier) teaches the output format and some of the skill, so that GRPO starts with reward variance.
+
+- **Data**: `sft_examples(tasks)` turns task records into TRL conversational examples
+  `{"messages": [*prompt, {"role": "assistant", "content": reference}]}`; tasks without a reference are skipped
+  and counted. `run_sft` feeds them to TRL as prompt-completion pairs (prompt = the task's messages, completion =
+  the assistant turn), so the loss covers the completion only (`completion_only_loss=True`), with any chat
+  template (no `{% generation %}` markers needed). Sequences longer than `max_length` tokens are truncated by TRL.
+- **Runtime**: `training.grpo.runtime_defaults(prefer_vllm=False)`: on CPU `use_cpu=True`, `bf16=False`, no
+  activation checkpointing; on a GPU bf16 where supported. `overrides` go over everything (any `trl.SFTConfig`
+  field).
+- **Checkpoints** (shared with GRPO through `training.checkpoints`): `run_sft` resumes from the newest complete
+  `checkpoint-N` in `output_dir` and writes the model and tokenizer to `<output_dir>/final` atomically; LoRA
+  adapters (peft, optional: `pip install peft`) are merged into it, so `final` is a plain model directory for
+  `training.grpo.run_grpo`, `training.evaluation.sample_and_score` or `transformers serve`.
+
+Measured on 2 shared CPU cores (tiny Qwen2-style model, hidden 32, batch 4, ~40-token rows): ~0.05-0.1 s a step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training.checkpoints import (
+    MissingPeftError,
+    last_complete_checkpoint,
+    metrics_callback,
+    peft_lora_config,
+    save_final,
+)
+
+logger = logging.getLogger(__name__)
+
+# Checkpoints per run when `save_steps` is not given: often enough that a killed run loses little, few enough that
+# saving (weights + optimizer state) stays a small share of the time.
+CHECKPOINTS_PER_RUN = 5
+# Checkpoints kept on disk; two, so a save cut off by a kill still leaves a complete one to resume from.
+KEEP_CHECKPOINTS = 2
+
+
+class SFTConfigError(ValueError):
+    """SFT settings that cannot run (a bad number, an unknown override, LoRA without peft); says the fix."""
+
+
+class SFTDataError(ValueError):
+    """Tasks that cannot feed SFT: none has a reference, or a task is malformed (the message names it)."""
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    """What an SFT run produced.
+
+    Attributes:
+        checkpoint_dir: `<output_dir>/final`, the trained model and tokenizer (a complete plain model directory).
+        steps: the trainer's global step at the end (including steps done before a resume).
+        train_rows: examples trained on (tasks with a reference).
+        skipped_rows: tasks left out for having no reference.
+        metrics: every logged metrics dict, in order, each with its `step` (`loss`, `grad_norm`,
+            `mean_token_accuracy`, `num_tokens`, `tokens_per_second`, ...; the last one has `train_runtime`).
+        train_seconds: wall time of `trainer.train()`.
+        resumed_from: the checkpoint this run resumed from, or None for a fresh start.
+    """
+
+    checkpoint_dir: Path
+    steps: int
+    train_rows: int
+    skipped_rows: int
+    metrics: list[dict[str, Any]]
+    train_seconds: float
+    resumed_from: str | None
+
+    def _values(self, key: str) -> list[Any]:
+        return [record[key] for record in self.metrics if record.get(key) is not None]
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready digest: paths, counts, first and last loss, token accuracy and throughput.
+
+        Example:
+            >>> run_sft(model_dir, tasks, "runs/sft").summary()["final_loss"]  # doctest: +SKIP
+            0.81
+        """
+        losses = self._values("loss")
+        accuracy = self._values("mean_token_accuracy")
+        tokens = self._values("num_tokens")
+        return {
+            "checkpoint_dir": str(self.checkpoint_dir),
+            "steps": self.steps,
+            "train_rows": self.train_rows,
+            "skipped_rows": self.skipped_rows,
+            "first_loss": losses[0] if losses else None,
+            "final_loss": losses[-1] if losses else None,
+            "final_mean_token_accuracy": accuracy[-1] if accuracy else None,
+            "num_tokens": tokens[-1] if tokens else None,
+            "tokens_per_second": tokens[-1] / self.train_seconds if tokens and self.train_seconds > 0 else None,
+            "train_seconds": round(self.train_seconds, 3),
+            "resumed_from": self.resumed_from,
+        }
+
+
+def _prompt_messages(task: Mapping[str, Any]) -> list[dict[str, str]]:
+    prompt = task.get("prompt")
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if (
+        isinstance(prompt, Sequence)
+        and prompt
+        and all(isinstance(m, Mapping) and isinstance(m.get("content"), str) and m.get("role") for m in prompt)
+    ):
+        # Only role and content: every row then has the same columns, which Arrow (datasets) needs.
+        return [{"role": str(m["role"]), "content": m["content"]} for m in prompt]
+    raise SFTDataError(
+        f"task {task.get('task_id', '?')}: prompt must be a string or chat messages [{{role, content}}], "
+        f"got {type(prompt).__name__}; fix the task record (validators.tasks checks it)"
+    )
+
+
+def sft_examples(tasks: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """TRL conversational SFT examples from task records: the prompt messages plus the reference as the answer.
+
+    Args:
+        tasks: task records with `prompt` (chat messages or a string) and `reference` (a completion that passes
+            the task's verifier, or None).
+
+    Returns:
+        `(examples, skipped)`: one `{"messages": [*prompt, {"role": "assistant", "content": reference}]}` per
+        task with a non-empty string reference, in order, and how many tasks were skipped for having none.
+
+    Raises:
+        SFTDataError: a task with a reference has a malformed prompt.
+
+    Example:
+        >>> task = {"prompt": [{"role": "user", "content": "2+2?"}], "reference": "#### 4"}
+        >>> sft_examples([task, {"prompt": "1+1?", "reference": None}])
+        ([{'messages': [{'role': 'user', 'content': '2+2?'}, {'role': 'assistant', 'content': '#### 4'}]}], 1)
+    """
+    examples: list[dict[str, Any]] = []
+    skipped = 0
+    for task in tasks:
+        reference = task.get("reference")
+        if not isinstance(reference, str) or not reference.strip():
+            skipped += 1
+            continue
+        examples.append({"messages": [*_prompt_messages(task), {"role": "assistant", "content": reference}]})
+    return examples, skipped
+
+
+def prompt_completion_rows(examples: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """TRL prompt-completion rows from `sft_examples` output: the last (assistant) message is the completion.
+
+    With `completion_only_loss=True` TRL masks the prompt's tokens out of the loss for any chat template, which
+    `assistant_only_loss` can only do for templates with `{% generation %}` markers.
+
+    Example:
+        >>> messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+        >>> prompt_completion_rows([{"messages": messages}])
+        [{'prompt': [{'role': 'user', 'content': 'hi'}], 'completion': [{'role': 'assistant', 'content': 'yo'}]}]
+    """
+    return [{"prompt": list(e["messages"][:-1]), "completion": list(e["messages"][-1:])} for e in examples]
+
+
+def _check_numbers(max_steps: int, learning_rate: float, batch_size: int, max_length: int) -> None:
+    problems = []
+    if max_steps < 1:
+        problems.append(f"max_steps={max_steps} must be >= 1 (50-500 is usual for a warm-up)")
+    if not (math.isfinite(learning_rate) and learning_rate > 0):
+        problems.append(f"learning_rate={learning_rate} must be > 0 (1e-5..5e-4 for real models, ~1e-3 tiny ones)")
+    if batch_size < 1:
+        problems.append(f"batch_size={batch_size} must be >= 1")
+    if max_length < 16:
+        problems.append(f"max_length={max_length} must be >= 16 tokens (prompt + reference; 1024 is the default)")
+    if problems:
+        raise SFTConfigError("SFT settings: " + " | ".join(problems))
+
+
+def run_sft(
+    model_path: str | os.PathLike[str],
+    tasks: Sequence[Mapping[str, Any]],
+    output_dir: str | os.PathLike[str],
+    *,
+    max_steps: int = 50,
+    learning_rate: float = 5e-4,
+    batch_size: int = 8,
+    max_length: int = 1024,
+    use_lora: bool = False,
+    seed: int = 0,
+    on_metrics: Callable[[dict[str, Any]], None] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    save_steps: int | None = None,
+    lora_r: int = 16,
+    lora_alpha: float = 32.0,
+    lora_dropout: float = 0.05,
+    lora_target_modules: Sequence[str] | str = "all-linear",
+) -> SFTResult:
+    """Supervised fine-tuning on the tasks' references (loss on the answer only); resume when checkpoints exist.
+
+    Args:
+        model_path: a model directory (e.g. `training.tiny_model.build_tiny_model`) or a hub id.
+        tasks: task records; those without a reference are skipped and counted.
+        output_dir: the run folder: `checkpoint-N` folders and, at the end, `final`.
+        max_steps: optimizer steps in total, counting steps done before a resume.
+        learning_rate: peak learning rate (linear decay, as `trl.SFTConfig`'s default schedule).
+        batch_size: examples per device per step.
+        max_length: longest tokenized example (prompt + reference); longer ones are truncated by TRL.
+        use_lora: train LoRA adapters (needs `peft`: `pip install peft`); `final` holds the merged model.
+        seed: seed for initialisation of adapters, data order and dropout.
+        on_metrics: called with each logged metrics dict as training goes (see `training.checkpoints`).
+        overrides: any `trl.SFTConfig` fields, applied last (e.g. `{"logging_steps": 5, "warmup_steps": 10}`).
+        save_steps: checkpoint every this many steps; None saves about 5 times per run (and at the end).
+        lora_r: LoRA rank.
+        lora_alpha: LoRA alpha.
+        lora_dropout: LoRA dropout.
+        lora_target_modules: LoRA target modules, or `"all-linear"`.
+
+    Returns:
+        An `SFTResult`; the model and tokenizer are in `result.checkpoint_dir` (`<output_dir>/final`).
+
+    Raises:
+        SFTDataError: no task has a reference, or a task's prompt is malformed.
+        SFTConfigError: a bad number, an override `trl.SFTConfig` does not know, or LoRA without peft.
+
+    Example:
+        >>> result = run_sft(model_dir, train_tasks, "runs/sft", max_steps=100, learning_rate=1e-3)  # doctest: +SKIP
+        >>> result.summary()["final_loss"], result.checkpoint_dir  # doctest: +SKIP
+        (0.42, PosixPath('runs/sft/final'))
+    """
+    _check_numbers(max_steps, learning_rate, batch_size, max_length)
+    examples, skipped = sft_examples(tasks)
+    if not examples:
+        raise SFTDataError(
+            f"none of the {skipped} tasks has a reference, so there is nothing to imitate. SFT needs tasks whose "
+            "`reference` is a known-good completion (validated tasks have one); add references to the seeds or "
+            "skip the warm-up and train with GRPO alone."
+        )
+    lora = None
+    if use_lora:
+        try:
+            lora = peft_lora_config(
+                r=lora_r, alpha=lora_alpha, dropout=lora_dropout, target_modules=lora_target_modules
+            )
+        except MissingPeftError as exc:
+            raise SFTConfigError(f"use_lora=True: {exc}") from None
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from training.grpo import runtime_defaults
+
+    output = Path(output_dir)
+    settings: dict[str, Any] = {
+        **runtime_defaults(prefer_vllm=False),
+        "output_dir": str(output),
+        "max_steps": max_steps,
+        "learning_rate": learning_rate,
+        "per_device_train_batch_size": batch_size,
+        "max_length": max_length,
+        "seed": seed,
+        "completion_only_loss": True,
+        "logging_steps": 1,
+        "save_steps": save_steps or max(1, max_steps // CHECKPOINTS_PER_RUN),
+        "save_total_limit": KEEP_CHECKPOINTS,
+    }
+    settings.update(overrides or {})
+    try:
+        config = SFTConfig(**settings)
+    except TypeError as exc:
+        raise SFTConfigError(f"overrides: {exc}; use trl.SFTConfig field names") from None
+
+    model_name = os.fspath(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_name)
+    dataset = Dataset.from_list(prompt_completion_rows(examples))
+    resume = last_complete_checkpoint(output)
+    if resume is not None:
+        logger.info("Resuming SFT from %s", resume)
+    callback = metrics_callback(on_metrics)
+    trainer = SFTTrainer(
+        model=model_name,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[callback],
+        peft_config=lora,
+    )
+    logger.info(
+        "SFT: %d examples (%d tasks without reference skipped), max_steps=%d", len(examples), skipped, max_steps
+    )
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    seconds = time.perf_counter() - started
+    final = save_final(trainer, tokenizer, output, use_lora)
+    steps = trainer.state.global_step
+    logger.info("SFT done: %d steps in %.1f s; model in %s", steps, seconds, final)
+    return SFTResult(
+        checkpoint_dir=final,
+        steps=steps,
+        train_rows=len(examples),
+        skipped_rows=skipped,
+        metrics=list(callback.history),
+        train_seconds=seconds,
+        resumed_from=str(resume) if resume else None,
+    )
