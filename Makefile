@@ -5,8 +5,8 @@ BIN := $(VENV)/bin
 # The CPU build of torch; any other torch spec pulls a multi-GB CUDA build.
 TORCH_CPU := torch==2.13.0
 
-# Debian packages the integration tests start on loopback: redis-server (the shared dedup index).
-SYSTEM_PACKAGES := redis-server
+# Debian packages the integration tests start: redis-server (the shared dedup index), chromium + its driver (the UI).
+SYSTEM_PACKAGES := redis-server chromium chromium-driver
 
 .PHONY: quickstart test lint ui install install-dev system-deps clean
 
@@ -27,6 +27,7 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 quickstart: install
+	SEEDWHEEL_PROFILE=quickstart $(BIN)/seedwheel failures ingest examples/failure_log.jsonl
 	$(BIN)/seedwheel run --profile quickstart
 
 # Installs what is missing when it can (root with apt-get); otherwise the tests that need it skip and say so.

@@ -13,6 +13,7 @@ from validators.splits import lineage_leaks, plan_splits
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, check_tasks
 
+FAILURE_SOURCE = "production_failure"
 TASK_REJECT_COLUMNS = ("task_id", "family", "generator", "seed_id", "reason_code", "reason", "record")
 
 
@@ -24,11 +25,18 @@ TASK_REJECT_COLUMNS = ("task_id", "family", "generator", "seed_id", "reason_code
     },
 )
 def validated_tasks(
-    context: dg.AssetExecutionContext, seed_tasks: pd.DataFrame, task_variants: pd.DataFrame, seeds: SeedRepository
+    context: dg.AssetExecutionContext,
+    seed_tasks: pd.DataFrame,
+    failure_tasks: pd.DataFrame,
+    task_variants: pd.DataFrame,
+    seeds: SeedRepository,
 ):
-    """Check every variant: schema, content-hash id, verifier params, reference passes, a wrong answer fails."""
-    # Seeds passed the same checks when they were loaded; variants are checked here.
-    variants = records_from_frame(task_variants[list(TASK_FIELDS)])
+    """Check variants and failure tasks: schema, id hash, verifier params, reference passes, a wrong answer fails."""
+    # Seeds passed the same checks when they were loaded; failure tasks (derived from logs) and variants here.
+    variants = [
+        *records_from_frame(failure_tasks[list(TASK_FIELDS)]),
+        *records_from_frame(task_variants[list(TASK_FIELDS)]),
+    ]
     problems = check_tasks(variants, seeds.verify_context())
     good, rejects = [], []
     for variant, found in zip(variants, problems, strict=True):
@@ -48,7 +56,7 @@ def validated_tasks(
         )
     tasks = pd.concat([seed_tasks[list(TASK_FIELDS)], frame_from_records(good, TASK_FIELDS)], ignore_index=True)
     reject_frame = frame_from_records(rejects, TASK_REJECT_COLUMNS)
-    by_family = validity_rates(task_variants["family"], reject_frame["family"])
+    by_family = validity_rates(pd.Series([v["family"] for v in variants]), reject_frame["family"])
     by_generator = validity_rates(pd.Series([_generator(v) for v in variants]), reject_frame["generator"])
     for reject in rejects[:20]:
         context.log.warning(f"variant {reject['task_id']} ({reject['generator']}): {reject['reason']}")
@@ -79,8 +87,9 @@ def validated_tasks(
 
 
 def _generator(task: dict) -> str:
-    generator = (task.get("lineage") or {}).get("generator") or {}
-    return generator.get("name", "seed")
+    """The generator's name, or where an ungenerated task came from (`production_failure`)."""
+    lineage = task.get("lineage") or {}
+    return (lineage.get("generator") or {}).get("name") or lineage.get("source") or "seed"
 
 
 def validity_rates(checked: pd.Series, rejected: pd.Series) -> dict[str, tuple[int, int]]:
@@ -103,7 +112,9 @@ def _rates_table(rates: dict[str, tuple[int, int]], label: str) -> str:
 def family_validity_floor(
     validated_tasks: pd.DataFrame, task_variants: pd.DataFrame, task_rejects: pd.DataFrame, policy: CurationPolicy
 ) -> dg.AssetCheckResult:
-    counts = validity_rates(task_variants["family"], task_rejects["family"])
+    # The floor is about generators: failure tasks rejected here (derived from logs) are not variants.
+    generated = task_rejects[task_rejects["generator"] != FAILURE_SOURCE]
+    counts = validity_rates(task_variants["family"], generated["family"])
     rates = {family: valid / n for family, (valid, n) in counts.items()}
     below = {family: rate for family, rate in rates.items() if rate < policy.min_validity_rate}
     return dg.AssetCheckResult(
@@ -164,10 +175,14 @@ def deduplicated_tasks(
     outs={
         "train_tasks": dg.AssetOut(description="Judged tasks on the training side of the lineage split."),
         "eval_tasks": dg.AssetOut(description="Judged tasks held out for evaluation (whole seed lineages)."),
+        "failure_eval": dg.AssetOut(
+            description="The held-out tasks that come from production failures (and their variants): reported apart."
+        ),
     },
 )
 def split_tasks(judged_tasks: pd.DataFrame, policy: CurationPolicy, judge: JudgePolicy, storage: StorageRoot):
-    """Split the judged tasks by seed lineage (stable, stratified) and export both sides for TRL."""
+    """Split the judged tasks by lineage root (stable, stratified) and export both sides for TRL; the eval side's
+    production failures also form `failure_eval`."""
     if judge.use_labels not in ("accepted", "all"):
         raise ValueError(f"JudgePolicy.use_labels is {judge.use_labels!r}: use 'accepted' or 'all'")
     accepted = judged_tasks["judge_verdict"] == "accept"
@@ -191,6 +206,17 @@ def split_tasks(judged_tasks: pd.DataFrame, policy: CurationPolicy, judge: Judge
                 "preview": task_preview(part),
             },
         )
+        if name == "eval":
+            failures = part[[bool((lineage or {}).get("failure_id")) for lineage in part["lineage"]]]
+            yield dg.Output(
+                failures.reset_index(drop=True),
+                output_name="failure_eval",
+                metadata={
+                    "rows": len(failures),
+                    "failures": len({lineage["failure_id"] for lineage in failures["lineage"]}),
+                    "families": count_table(failures["family"], "family") if len(failures) else "none",
+                },
+            )
 
 
 @dg.asset_check(

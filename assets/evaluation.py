@@ -19,20 +19,28 @@ from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
 ROLES = ("baseline", "candidate")
-EVAL_COLUMNS = ("role", "model", "task_id", "family", "sample", "passed", "score", "reason", "completion")
+EVAL_COLUMNS = (
+    "role", "model", "task_id", "family", "failure_eval", "sample", "passed", "score", "reason", "completion",
+)  # fmt: skip
 
 
 @dg.asset(group_name=groups.EVALUATION)
 def checkpoint_eval(
     context: dg.AssetExecutionContext,
     eval_tasks: pd.DataFrame,
+    failure_eval: pd.DataFrame,
     grpo_checkpoint: pd.DataFrame,
     seeds: SeedRepository,
     gate: PromotionGate,
 ) -> dg.MaterializeResult[pd.DataFrame]:
-    """Baseline and candidate sampled on the eval tasks and scored by their verifiers: one row per completion."""
+    """Baseline and candidate sampled on the eval tasks and scored by their verifiers: one row per completion.
+
+    Every held-out production failure is evaluated, also when `max_per_family` samples the rest.
+    """
     tasks = records_from_frame(eval_tasks[list(TASK_FIELDS)])
-    tasks = [tasks[i] for i in first_per_family(tasks, gate.max_per_family)]
+    failure_ids = set(failure_eval["task_id"])
+    chosen = set(first_per_family(tasks, gate.max_per_family))
+    tasks = [task for i, task in enumerate(tasks) if i in chosen or task["task_id"] in failure_ids]
     if not tasks:
         raise ValueError("eval_tasks is empty: nothing to evaluate the checkpoint on; check the split's eval_fraction")
     models = {
@@ -53,12 +61,14 @@ def checkpoint_eval(
         )
         reports[role] = evaluate(sampled.passed, sampled.families, ks=sorted({1, gate.samples}), seed=gate.seed)
         frames.append(pd.DataFrame(sampled.rows).assign(role=role, model=model))
-    rows = pd.concat(frames, ignore_index=True)[list(EVAL_COLUMNS)]
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows.assign(failure_eval=rows["task_id"].isin(failure_ids))[list(EVAL_COLUMNS)]
     comparison = _comparison(rows, gate.seed)
     return dg.MaterializeResult(
         value=rows,
         metadata={
             "tasks": len(tasks),
+            "failure_eval_tasks": len(failure_ids & {t["task_id"] for t in tasks}),
             "samples_per_task": gate.samples,
             "baseline_model": models["baseline"],
             "candidate_model": models["candidate"],
@@ -91,9 +101,10 @@ def promotion(
     registry = gate.registry()
     if decision.promote:
         registry.promote(models["candidate"], run_id=context.run_id, numbers=decision.numbers)
+    failures = _failure_report(checkpoint_eval)
     verdict = "promoted" if decision.promote else "kept baseline"
     context.log.info(f"promotion: {verdict} ({models['candidate']} vs {models['baseline']})")
-    for reason in decision.reasons:
+    for reason in [*decision.reasons, failures["summary"]]:
         context.log.info(f"promotion: {reason}")
     record = {
         "decision": verdict,
@@ -101,6 +112,7 @@ def promotion(
         "baseline": models["baseline"],
         "reasons": decision.reasons,
         "numbers": decision.numbers,
+        "failure_eval": failures,
     }
     return dg.MaterializeResult(
         value=pd.DataFrame([record]),
@@ -113,6 +125,10 @@ def promotion(
             "difference_low": comparison.overall.difference.low,
             "difference_high": comparison.overall.difference.high,
             "reasons": dg.MetadataValue.md("\n".join(f"- {reason}" for reason in decision.reasons)),
+            # Reported apart, not a gate rule: which held-out production failures the candidate now solves.
+            "failure_eval": failures["summary"],
+            "failures_fixed": dg.MetadataValue.json(failures["fixed"]),
+            "failures_broken": dg.MetadataValue.json(failures["broken"]),
             "promoted_model": registry.baseline(models["baseline"]),
             "registry": dg.MetadataValue.path(str(registry.path)),
         },
@@ -127,6 +143,21 @@ def _comparison(rows: pd.DataFrame, seed: int) -> Comparison:
     }
     families = dict(zip(rows["task_id"], rows["family"], strict=True))
     return compare(verdicts["candidate"], verdicts["baseline"], families, seed=seed)
+
+
+def _failure_report(rows: pd.DataFrame) -> dict:
+    """Per held-out production-failure task: solved (most samples pass) by the baseline, by the candidate."""
+    failures = rows[rows["failure_eval"].astype(bool)]
+    solved = failures.groupby(["task_id", "role"])["passed"].mean().unstack("role", fill_value=0.0) >= 0.5
+    if solved.empty:
+        return {"tasks": 0, "fixed": [], "broken": [], "summary": "failure_eval: no held-out production failure"}
+    fixed = sorted(solved.index[solved["candidate"] & ~solved["baseline"]])
+    broken = sorted(solved.index[~solved["candidate"] & solved["baseline"]])
+    summary = (
+        f"failure_eval: the candidate solves {int(solved['candidate'].sum())} of {len(solved)} held-out production "
+        f"failure tasks (baseline {int(solved['baseline'].sum())}); fixed {len(fixed)}, broken {len(broken)}"
+    )
+    return {"tasks": len(solved), "fixed": fixed, "broken": broken, "summary": summary}
 
 
 def _overall(report: EvalReport) -> dict[str, float]:

@@ -20,14 +20,20 @@ REJECT_COLUMNS = ("parent_id", "seed_id", "family", "generator", "reason_code", 
 @dg.multi_asset(
     group_name=groups.GENERATION,
     outs={
-        "task_variants": dg.AssetOut(description="Variants of the seeds, each with lineage to its seed."),
+        "task_variants": dg.AssetOut(description="Variants of the seeds and failure tasks, with lineage to them."),
         "variant_rejects": dg.AssetOut(description="Generation attempts that failed a check, with the reason."),
     },
 )
-def task_variants(context: dg.AssetExecutionContext, seed_tasks: pd.DataFrame, plan: VariantPlan, llm: LLMEndpoint):
-    """Make variants of every seed with the planned generators."""
-    plan.check(set(seed_tasks["family"]))
-    parents = records_from_frame(seed_tasks[list(TASK_FIELDS)])
+def task_variants(
+    context: dg.AssetExecutionContext,
+    seed_tasks: pd.DataFrame,
+    failure_tasks: pd.DataFrame,
+    plan: VariantPlan,
+    llm: LLMEndpoint,
+):
+    """Make variants of every seed and every production-failure task with the planned generators."""
+    plan.check(set(seed_tasks["family"]) | set(failure_tasks["family"]))
+    parents = records_from_frame(seed_tasks[list(TASK_FIELDS)]) + records_from_frame(failure_tasks[list(TASK_FIELDS)])
     if plan.families:
         parents = [p for p in parents if p["family"] in plan.families]
 
@@ -62,6 +68,7 @@ def task_variants(context: dg.AssetExecutionContext, seed_tasks: pd.DataFrame, p
             "rejected": len(rejects),
             "accept_rate": dg.MetadataValue.float(len(variants) / attempts if attempts else 1.0),
             "parents": len(parents),
+            "failure_parents": len(failure_tasks),
             "families": count_table(variants["family"], "family"),
             "generators": count_table(generators, "generator"),
             "llm_calls_made": int(llm_stats.get("calls", 0)),

@@ -20,6 +20,7 @@ from assets import groups
 from assets.metadata import count_table, markdown_table
 from assets.plots import bar_chart, line_chart
 from pipeline.resources import SeedRepository, StorageRoot, TrainingPolicy
+from training import tether
 from training.evaluation import sample_and_score
 from training.grpo_job import METRICS_MESSAGE_KIND
 from training.reward_audit import audit_reward, load_labelled
@@ -242,7 +243,8 @@ def grpo_checkpoint(
     context.log.info(f"GRPO on {len(part)} tasks from {start}; job config {config_path}")
     invocation = pipes.run(
         context=context,
-        command=[sys.executable, "-m", "training.grpo_job", "--config", str(config_path)],
+        # Tethered: if this run is killed, the training process ends too (a rerun resumes from its checkpoint).
+        command=tether.command_for([sys.executable, "-m", "training.grpo_job", "--config", str(config_path)]),
         env={"SEEDWHEEL_SEEDS": str(seeds.folder)},  # verifier fixtures resolve against the seeds folder
     )
     reported = {name: value.value for name, value in invocation.get_materialize_result().metadata.items()}

@@ -1,4 +1,4 @@
-"""The `seedwheel` command line: run the flywheel, check seed files, open the UI."""
+"""The `seedwheel` command line: run the flywheel, check seed files, judge and ingest files, open the UI."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def run(profile: str | None, select: str | None, home: Path | None) -> None:
             decision = asset.metadata
             click.echo(f"\npromotion: {decision['decision']}: {decision['candidate']} vs {decision['baseline']}")
             click.echo(str(decision["reasons"]))
+            click.echo(str(decision["failure_eval"]))
     click.echo(f"\nRuns are recorded in {settings.dagster_home}. Open the UI: make ui (or seedwheel ui), then")
     click.echo(f"http://{UI_HOST}:3000. Read outputs with pandas: validators.tables.read_table(path).")
     if not summary.success:
@@ -243,6 +244,56 @@ def _progress(what: str) -> Callable[[int, int], None]:
             click.echo(f"{what} {done}/{total}", err=True)
 
     return progress
+
+
+@main.command()
+@click.argument("ident", metavar="CHECKPOINT_OR_TASK_ID")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+def lineage(ident: str, home: Path | None) -> None:
+    """Where a task came from and what trained on it, or what a checkpoint was trained on (from stored assets)."""
+    from pipeline.lineage import LineageError, explain
+
+    settings = Settings.from_env(home=home)
+    try:
+        click.echo(explain(settings.home, ident))
+    except LineageError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.group()
+def failures() -> None:
+    """Production failure logs."""
+
+
+@failures.command("ingest")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+def failures_ingest(files: tuple[Path, ...], home: Path | None) -> None:
+    """Put failure logs (JSONL) into the inbox and materialize them now, as the inbox sensor would."""
+    from pipeline.runs import materialize
+    from validators.tables import atomic_write
+
+    settings = Settings.from_env(home=home)
+    inbox = Path(settings.failure_inbox)
+    failed = False
+    for source in files:
+        if source.suffix != ".jsonl":
+            raise click.UsageError(f"{source}: a failure log is a .jsonl file (one failed interaction per line)")
+        with atomic_write(inbox / source.name) as handle:  # the sensor never sees a half-copied file
+            handle.write(source.read_bytes())
+        summary = materialize(settings, "key:failure_logs or key:failure_rejects", partition=source.name)
+        numbers = {a.key: a.metadata for a in summary.assets}
+        logs = numbers.get("failure_logs", {})
+        click.echo(
+            f"{source.name}: {logs.get('records', 0)} records, {logs.get('rejected_lines', 0)} rejected lines, "
+            f"redacted {json.dumps(logs.get('redacted', {}), sort_keys=True)}"
+        )
+        for failure in summary.failures:
+            failed = True
+            click.echo(f"step failed: {failure}", err=True)
+    click.echo("Tasks and the review queue follow on the next regeneration, or: seedwheel run --select group:failures")
+    if failed:
+        sys.exit(1)
 
 
 @main.command()

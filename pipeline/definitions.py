@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import curation, evaluation, generation, groups, judging, seeds, training
+from assets import curation, evaluation, failures, generation, groups, judging, seeds, training
 from pipeline.instance import EXCLUSIVE_TAG
 from pipeline.resources import (
     CurationPolicy,
+    FailureInbox,
     JudgePolicy,
     LLMEndpoint,
     PromotionGate,
@@ -24,7 +25,10 @@ flywheel_job = dg.define_asset_job(
 )
 # Seeds -> splits, without training: what the nightly schedule runs. Its cost follows what changed, because LLM
 # calls are cached and the dedup index persists between runs.
-REGENERATION = dg.AssetSelection.groups(groups.SEEDS, groups.GENERATION, groups.CURATION, groups.JUDGING)
+# The failure logs are partitioned per file and materialized by the inbox sensor, not by the nightly run.
+REGENERATION = dg.AssetSelection.groups(
+    groups.SEEDS, groups.FAILURES, groups.GENERATION, groups.CURATION, groups.JUDGING
+) - dg.AssetSelection.assets("failure_logs", "failure_rejects")
 regeneration_job = dg.define_asset_job(
     "regeneration_job",
     selection=REGENERATION,
@@ -37,16 +41,18 @@ regeneration_job = dg.define_asset_job(
 def build_definitions(settings: Settings) -> dg.Definitions:
     """Definitions wired to `settings` (storage root, seeds folder, profile, user verifiers)."""
     settings.register_verifier_plugins()  # also in each step process, which re-imports this code location
-    modules = [seeds, generation, curation, judging, training, evaluation]
+    modules = [seeds, failures, generation, curation, judging, training, evaluation]
     production = settings.profile == "production"
     return dg.Definitions(
         assets=[*dg.load_assets_from_modules(modules), judging.build_judge_calibration(blocking=production)],
         asset_checks=dg.load_asset_checks_from_modules(modules),
         jobs=[flywheel_job, regeneration_job],
         schedules=[_nightly_regeneration(settings)],
+        sensors=[failures.build_failure_inbox(running=settings.profile == "production")],
         resources={
             "io_manager": TableStorage(root=str(settings.home)),
             "seeds": SeedRepository(path=str(settings.seeds_dir)),
+            "inbox": FailureInbox(path=settings.failure_inbox),
             "llm": _llm_endpoint(settings),
             "plan": _variant_plan(settings),
             "policy": CurationPolicy(),
@@ -135,13 +141,13 @@ def _promotion_gate(settings: Settings) -> PromotionGate:
 
 
 def _nightly_regeneration(settings: Settings) -> dg.ScheduleDefinition:
-    """The nightly schedule: on by default in production; in the quickstart, switched on in the UI when wanted."""
-    running = settings.profile == "production"
+    """The nightly regeneration of seeds -> splits: running by default in production, switched on in the UI else."""
+    production = settings.profile == "production"
     return dg.ScheduleDefinition(
         name="nightly_regeneration",
         job=regeneration_job,
         cron_schedule=settings.nightly_cron,
         execution_timezone=settings.timezone,
-        default_status=dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED,
+        default_status=dg.DefaultScheduleStatus.RUNNING if production else dg.DefaultScheduleStatus.STOPPED,
         description="Regenerate seeds -> splits nightly; cached LLM calls and the dedup index keep it incremental.",
     )

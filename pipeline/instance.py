@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 import dagster as dg
 
 from pipeline.settings import Settings
 
 EXCLUSIVE_TAG = "seedwheel/exclusive"
+# Which process runs a CLI run (host:pid): a run whose process is gone was killed and is reaped.
+PROCESS_TAG = "seedwheel/process"
 # Offline machines must not try to send telemetry; runs stay in a local SQLite-backed instance. The run queue
 # (the daemon, which `dagster dev` starts) holds a second run of an exclusive kind (two nightly regenerations)
 # until the first ends, and the `gpu` pool runs one training step at a time.
@@ -34,3 +39,42 @@ def open_instance(settings: Settings) -> dg.DagsterInstance:
     if not config.exists():
         config.write_text(INSTANCE_YAML, encoding="utf-8")
     return dg.DagsterInstance.from_config(str(settings.dagster_home))
+
+
+def process_tag() -> str:
+    """This process, as `PROCESS_TAG` records it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark CLI runs whose process is gone (kill -9, OOM, a closed laptop) as failed and free their pool slots.
+
+    A run executed in process by `seedwheel run` has no daemon watching it: killed, it would stay "started"
+    forever and keep its `gpu` pool slot, and the next training would wait for that slot without end. Only runs
+    of this host are judged (another machine's processes cannot be seen from here).
+
+    Returns:
+        The ids of the runs reaped.
+    """
+    host = socket.gethostname()
+    running = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED])
+    reaped = []
+    for run in instance.get_runs(filters=running):
+        owner = run.tags.get(PROCESS_TAG, "")
+        run_host, _, pid = owner.rpartition(":")
+        if run_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        instance.report_run_failed(run, f"its process ({owner}) is gone: the run was killed before it finished")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        reaped.append(run.run_id)
+    return reaped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlparse
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
+from upath import UPath
 
 from generators.llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
 from generators.rewrite import REWRITE_KINDS
@@ -300,3 +301,33 @@ class PromotionGate(dg.ConfigurableResource):
 
     def registry(self) -> PromotionRegistry:
         return PromotionRegistry(self.registry_path)
+
+
+class FailureInbox(dg.ConfigurableResource):
+    """Where production failure logs arrive (`*.jsonl`): a local folder, or any fsspec URL (`s3://bucket/inbox`)."""
+
+    path: str
+
+    def _folder(self) -> UPath:
+        return UPath(self.path)
+
+    def files(self) -> list[tuple[str, str]]:
+        """`(file name, "size:mtime")` of every log in the inbox, by name; the stamp changes when a file does."""
+        folder = self._folder()
+        if not folder.exists():
+            return []
+        found = []
+        for entry in sorted(folder.glob("*.jsonl"), key=lambda p: p.name):
+            stat = entry.stat()
+            found.append((entry.name, f"{stat.st_size}:{int(stat.st_mtime)}"))
+        return found
+
+    def open(self, name: str) -> IO[bytes]:
+        """One log, opened for reading in binary (an iterable of lines: long lines are not read whole into memory,
+        non-UTF-8 bytes reach the parser, which rejects those lines with their number)."""
+        path = self._folder() / name
+        if not path.exists():
+            raise FileNotFoundError(
+                f"failure log {path} is not in the inbox; put it there or `seedwheel failures ingest` it"
+            )
+        return path.open("rb")

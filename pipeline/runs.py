@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,8 +12,10 @@ import dagster as dg
 from dagster._core.definitions.asset_selection import DagsterInvalidAssetSelectionError
 
 from pipeline.definitions import build_definitions
-from pipeline.instance import open_instance
+from pipeline.instance import PROCESS_TAG, open_instance, process_tag, reap_dead_runs
 from pipeline.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -36,9 +39,15 @@ class RunSummary:
 
 
 def materialize(
-    settings: Settings, select: str | None = None, resources: Mapping[str, Mapping[str, Any]] | None = None
+    settings: Settings,
+    select: str | None = None,
+    resources: Mapping[str, Mapping[str, Any]] | None = None,
+    partition: str | None = None,
 ) -> RunSummary:
     """Materialize the selected assets (all when `select` is None; Dagster selection syntax otherwise).
+
+    Without `partition` the run covers the unpartitioned assets of the selection; with it, the partitioned ones
+    for that partition (a failure log's file name), which is added to the instance when new.
 
     `resources` sets resource fields for this run, as the UI's launchpad does, e.g.
     `{"training": {"difficulty_k": 4}}`; fields not given keep the profile's values.
@@ -57,14 +66,27 @@ def materialize(
             "'group:training', or 'key:checkpoint_eval or key:promotion'"
         ) from None
     selection = selection.required_multi_asset_neighbors()
+    graph = defs.resolve_asset_graph()
     try:
-        keys = sorted(selection.resolve(defs.resolve_asset_graph()))
+        keys = sorted(selection.resolve(graph))
     except dg.DagsterInvalidSubsetError:
         keys = []
+    # A run covers one partition of the partitioned assets (a failure log file) or none of them.
+    keys = [key for key in keys if (graph.get(key).partitions_def is not None) == (partition is not None)]
     if not keys:
         raise ValueError(f"--select {select!r} matches no asset; try e.g. 'seed_tasks+' or 'group:seeds'")
     with open_instance(settings) as instance:
+        for run_id in reap_dead_runs(instance):
+            logger.warning("run %s was killed before it finished: marked failed, its pool slots freed", run_id)
+        if partition is not None:
+            for key in keys:
+                partitions = graph.get(key).partitions_def
+                if isinstance(partitions, dg.DynamicPartitionsDefinition) and not instance.has_dynamic_partition(
+                    partitions.name, partition
+                ):
+                    instance.add_dynamic_partitions(partitions.name, [partition])
         result = job.execute_in_process(
+            partition_key=partition,
             run_config={
                 "loggers": {"console": {"config": {"log_level": "INFO"}}},
                 "resources": _resource_config(defs, resources or {}),
@@ -72,7 +94,7 @@ def materialize(
             instance=instance,
             asset_selection=keys,
             raise_on_error=False,
-            tags={"seedwheel/profile": settings.profile, "seedwheel/launched_by": "cli"},
+            tags={"seedwheel/profile": settings.profile, "seedwheel/launched_by": "cli", PROCESS_TAG: process_tag()},
         )
     summary = RunSummary(run_id=result.run_id, success=result.success)
     for event in result.get_asset_materialization_events():
@@ -80,7 +102,8 @@ def materialize(
         key = materialization.asset_key.to_user_string()
         metadata = {name: value.value for name, value in materialization.metadata.items()}
         rows = metadata.get("dagster/row_count")
-        summary.assets.append(MaterializedAsset(key, rows, settings.home / f"{key}.parquet", metadata))  # type: ignore[arg-type]
+        path = settings.home / (f"{key}/{partition}.parquet" if partition is not None else f"{key}.parquet")
+        summary.assets.append(MaterializedAsset(key, rows, path, metadata))  # type: ignore[arg-type]
     for evaluation in result.get_asset_check_evaluations():
         severity = evaluation.severity.value if not evaluation.passed else "passed"
         summary.checks.append((evaluation.check_name, evaluation.passed, severity))

@@ -31,6 +31,7 @@ class Settings:
             the tiny model built from the seeds.
         base_model: the policy to train (a model dir or hub id); empty in the quickstart means the tiny model.
         nightly_cron: when the nightly regeneration runs (cron syntax), in `timezone` (an IANA name).
+        failure_inbox: where production failure logs arrive (a folder or an fsspec URL); `<home>-inbox` by default.
     """
 
     profile: Profile
@@ -43,6 +44,7 @@ class Settings:
     base_model: str = ""
     nightly_cron: str = "0 2 * * *"
     timezone: str = "UTC"
+    failure_inbox: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: str | Path | None) -> Settings:
@@ -67,6 +69,7 @@ class Settings:
         nightly_cron = environ.get("SEEDWHEEL_NIGHTLY_CRON", "0 2 * * *")
         timezone = environ.get("SEEDWHEEL_TIMEZONE", "UTC")
         _check_schedule(nightly_cron, timezone)
+        failure_inbox = environ.get("SEEDWHEEL_FAILURE_INBOX") or str(home.with_name(f"{home.name}-inbox"))
         return cls(
             profile,  # type: ignore[arg-type]
             home,
@@ -78,6 +81,7 @@ class Settings:
             base_model,
             nightly_cron,
             timezone,
+            failure_inbox,
         )
 
     def environ(self) -> dict[str, str]:
@@ -93,6 +97,7 @@ class Settings:
             "SEEDWHEEL_BASE_MODEL": self.base_model,
             "SEEDWHEEL_NIGHTLY_CRON": self.nightly_cron,
             "SEEDWHEEL_TIMEZONE": self.timezone,
+            "SEEDWHEEL_FAILURE_INBOX": self.failure_inbox,
         }
 
     def register_verifier_plugins(self) -> None:

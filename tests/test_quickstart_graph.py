@@ -4,13 +4,14 @@ One materialization is shared by the module's tests (it takes about a minute on 
 then checks that the caches make a second run free of LLM calls.
 """
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from pipeline.runs import RunSummary, materialize
 from pipeline.settings import Settings
-from tests.paths import SEEDS
+from tests.paths import REPO, SEEDS
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.tables import read_table, records_from_frame
@@ -21,6 +22,7 @@ ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
     *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
     *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
+    *("failure_tasks", "review_queue", "failure_eval"),  # failure_logs is per file: ingested before the run
 }
 CHECKS = {
     ("seed_files_clean", True, "passed"),
@@ -38,6 +40,12 @@ pytestmark = pytest.mark.slow
 def quickstart(tmp_path_factory) -> tuple[Settings, RunSummary]:
     tmp = tmp_path_factory.mktemp("quickstart")
     settings = Settings.from_env({}, home=tmp / "home", seeds_dir=SEEDS, dagster_home=tmp / "dagster")
+    # As `make quickstart` does: the example failure log is ingested first, so failures flow through the graph.
+    inbox = Path(settings.failure_inbox)
+    inbox.mkdir(parents=True)
+    shutil.copy(REPO / "examples" / "failure_log.jsonl", inbox / "failure_log.jsonl")
+    ingested = materialize(settings, "group:failures", partition="failure_log.jsonl")
+    assert ingested.success, ingested.failures
     return settings, materialize(settings)
 
 
@@ -169,3 +177,19 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     decision = asset(summary, "promotion").metadata
     assert decision["decision"] in {"promoted", "kept baseline"}
     assert decision["candidate"] == grpo["checkpoint"] and decision["reasons"]
+
+
+def test_production_failures_become_tasks_variants_and_a_separate_eval_line(quickstart):
+    settings, summary = quickstart
+    failure_tasks = read_table(settings.home / "failure_tasks.parquet")
+    assert len(failure_tasks) > 0
+    failure_ids = {lineage["failure_id"] for lineage in failure_tasks["lineage"]}
+    variants = read_table(settings.home / "task_variants.parquet")
+    assert any(lineage["failure_id"] in failure_ids for lineage in variants["lineage"])  # variants of failures
+    evaluation = read_table(settings.home / "eval_tasks.parquet")
+    failure_eval = read_table(settings.home / "failure_eval.parquet")
+    held_out = [
+        t for t, lineage in zip(evaluation["task_id"], evaluation["lineage"], strict=True) if lineage["failure_id"]
+    ]
+    assert failure_eval["task_id"].tolist() == held_out
+    assert asset(summary, "promotion").metadata["failure_eval"].startswith("failure_eval:")

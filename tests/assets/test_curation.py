@@ -26,6 +26,7 @@ def plant(settings, seeds: list[dict], variants: list[dict]) -> None:
     """Write upstream assets as a previous run would have, so only curation runs."""
     write_table(frame_from_records(seeds, (*TASK_FIELDS, "origin")), settings.home / "seed_tasks.parquet")
     write_table(frame_from_records(variants, TASK_FIELDS), settings.home / "task_variants.parquet")
+    write_table(frame_from_records([], TASK_FIELDS), settings.home / "failure_tasks.parquet")  # no failure logs
 
 
 def variant(seed: dict, answer: str, reference: str) -> dict:

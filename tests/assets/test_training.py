@@ -68,13 +68,15 @@ def test_a_constant_reward_fails_the_audit_and_training_does_not_start(settings)
     assert failed["probe/constant/mean"] == 1.0  # "42" scores full marks on every task: the hack is named
 
 
-def eval_rows(candidate: list[bool], baseline: list[bool], families: list[str]) -> pd.DataFrame:
+def eval_rows(candidate: list[bool], baseline: list[bool], families: list[str], failures: int = 0) -> pd.DataFrame:
+    """A checkpoint_eval table: one sample per task and model; the last `failures` tasks are production failures."""
     rows = []
     for role, passed, model in (("baseline", baseline, "base-model"), ("candidate", candidate, "ckpt/run-1")):
         for i, (ok, family) in enumerate(zip(passed, families, strict=True)):
             rows.append(
                 {"role": role, "model": model, "task_id": f"t{i:02d}", "family": family, "sample": 0}
-                | {"passed": ok, "score": float(ok), "reason": "", "completion": "#### 1"}
+                | {"failure_eval": i >= len(passed) - failures, "passed": ok, "score": float(ok), "reason": ""}
+                | {"completion": "#### 1"}
             )
     return pd.DataFrame(rows)
 
@@ -127,3 +129,18 @@ def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_
     assert metadata["in_grpo_set"] == 0 and metadata["solved_of_k"].startswith("![")
     assert not summary.success
     assert "no training task is left for GRPO" in summary.failures[0]
+
+
+def test_promotion_reports_the_production_failures_apart(settings):
+    # 30 tasks, the last 4 held-out production failures: the candidate fixes t26 and t27 and breaks t29.
+    candidate = [True] * 24 + [False] * 2 + [True, True, False, False]
+    baseline = [True] * 6 + [False] * 20 + [False, False, False, True]
+    write_table(
+        eval_rows(candidate, baseline, ["arithmetic"] * 30, failures=4), settings.home / "checkpoint_eval.parquet"
+    )
+    summary = materialize(settings, "promotion")
+    metadata = summary.assets[0].metadata
+    assert metadata["failures_fixed"] == ["t26", "t27"] and metadata["failures_broken"] == ["t29"]
+    assert metadata["failure_eval"].startswith("failure_eval: the candidate solves 2 of 4")
+    decision = read_table(settings.home / "promotion.parquet").iloc[0]
+    assert decision["failure_eval"]["tasks"] == 4

@@ -16,6 +16,7 @@ ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
     *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
     *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
+    *("failure_logs", "failure_rejects", "failure_tasks", "review_queue", "failure_eval"),
 }
 CHECKS = {
     ("seed_rejects", "seed_files_clean"),
@@ -85,12 +86,15 @@ def test_the_nightly_schedule_regenerates_data_without_training(settings):
     assert (schedule.cron_schedule, schedule.execution_timezone) == ("30 3 * * *", "Europe/Berlin")
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED  # the quickstart: switched on in the UI
     with open_instance(settings) as instance:
-        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 12, 2, 3, 30))
-        [request] = schedule.evaluate_tick(context).run_requests
+        tick = datetime(2026, 12, 2, 3, 30)
+        # As context managers: a context left open keeps the (then disposed) instance as Dagster's current one.
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=tick) as context:
+            [request] = schedule.evaluate_tick(context).run_requests
     job = definitions.resolve_job_def(schedule.job_name)
     keys = {key.to_user_string() for key in job.asset_layer.selected_asset_keys}
     assert {"seed_tasks", "judged_tasks", "train_tasks", "eval_tasks"} <= keys
     assert not keys & {"reward_audit", "sft_checkpoint", "grpo_checkpoint", "checkpoint_eval", "promotion"}
+    assert "failure_tasks" in keys and "failure_logs" not in keys  # per-file partitions come from the sensor
     assert job.tags[EXCLUSIVE_TAG] == "regeneration"  # the run queue holds a second overlapping regeneration
     assert request.run_key is None or isinstance(request.run_key, str)
 

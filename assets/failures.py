@@ -1,0 +1,142 @@
+"""Production failures in: an inbox of failure logs, one dynamic partition per file, redacted before storage.
+
+`failure_inbox` (a sensor) adds a partition per new or changed file and requests its run with a run key of
+name + size + mtime, so overlapping ticks, a restarted daemon or a re-sent tick never process a file twice;
+`failure_logs` parses and redacts one file (nothing unredacted is ever stored); `failure_tasks` turns every
+stored failure into a candidate task when a verifier can be derived from it, or into a `review_queue` item.
+"""
+
+import json
+
+import dagster as dg
+import pandas as pd
+
+from assets import groups
+from assets.metadata import count_table, preview
+from pipeline.resources import FailureInbox, SeedRepository
+from validators.failures import RECORD_FIELDS, failure_task, process_failure_log
+from validators.tables import frame_from_records, records_from_frame
+from validators.tasks import TASK_FIELDS
+
+failure_files = dg.DynamicPartitionsDefinition(name="failure_files")
+REJECT_COLUMNS = ("source", "line", "reason_code", "reason", "raw")
+REVIEW_COLUMNS = (
+    "failure_id", "origin", "family", "reason_code", "reason", "messages", "tools", "output", "error",
+    "user_correction", "expected", "seed_stub",
+)  # fmt: skip
+
+
+@dg.multi_asset(
+    group_name=groups.FAILURES,
+    partitions_def=failure_files,
+    outs={
+        "failure_logs": dg.AssetOut(description="One redacted record per failed interaction in the log file."),
+        "failure_rejects": dg.AssetOut(description="Lines of the log file that could not be read, with the fix."),
+    },
+)
+def failure_logs(context: dg.AssetExecutionContext, inbox: FailureInbox, seeds: SeedRepository):
+    """Parse one failure log from the inbox and redact every record before anything is stored."""
+    name = context.partition_key
+    with inbox.open(name) as lines:
+        batch = process_failure_log(lines, name, context=seeds.verify_context())
+    records = frame_from_records(batch.records, (*RECORD_FIELDS, "redaction"))
+    rejects = pd.DataFrame([vars(r) for r in batch.rejects], columns=REJECT_COLUMNS)
+    yield dg.Output(
+        records,
+        output_name="failure_logs",
+        metadata={
+            "file": name,
+            "records": len(records),
+            "rejected_lines": len(rejects),
+            # Counts by kind, never the values.
+            "redacted": dg.MetadataValue.json(dict(batch.redaction.counts)),
+            "formats": count_table(records["format"], "format") if len(records) else "none",
+        },
+    )
+    yield dg.Output(
+        rejects,
+        output_name="failure_rejects",
+        metadata={"rejected_lines": len(rejects), "reasons": count_table(rejects["reason_code"], "reason_code")},
+    )
+
+
+@dg.multi_asset(
+    group_name=groups.FAILURES,
+    ins={"failure_logs": dg.AssetIn("failure_logs", partition_mapping=dg.AllPartitionMapping())},
+    outs={
+        "failure_tasks": dg.AssetOut(description="Failures with a derived verifier, as candidate tasks."),
+        "review_queue": dg.AssetOut(
+            description="Failures no verifier could be derived from: a person completes the seed stub under seeds/."
+        ),
+    },
+)
+def failure_tasks(failure_logs, seeds: SeedRepository):
+    """Every stored failure becomes a task (verifier from its expected outcome) or a review item."""
+    # The IO manager gives one DataFrame per file, a bare DataFrame for a single file, and None for none yet.
+    files = failure_logs if isinstance(failure_logs, dict) else {} if failure_logs is None else {"": failure_logs}
+    tasks, review = [], []
+    context = seeds.verify_context()
+    for _, frame in sorted(files.items()):
+        for record in records_from_frame(frame):
+            derived = failure_task(record, context=context)
+            if derived.task is not None:
+                tasks.append(derived.task)
+            else:
+                review.append(derived.review)
+    task_frame = frame_from_records(_unique(tasks), TASK_FIELDS)
+    review_frame = frame_from_records(review, REVIEW_COLUMNS)
+    yield dg.Output(
+        task_frame,
+        output_name="failure_tasks",
+        metadata={
+            "tasks": len(task_frame),
+            "files": len(files),
+            "families": count_table(task_frame["family"], "family") if len(task_frame) else "none",
+            "preview": preview(task_frame, ("task_id", "family")),
+        },
+    )
+    yield dg.Output(
+        review_frame,
+        output_name="review_queue",
+        metadata={
+            "items": len(review_frame),
+            "reasons": count_table(review_frame["reason_code"], "reason") if len(review_frame) else "none",
+            "preview": preview(review_frame, ("failure_id", "family", "reason_code", "origin")),
+        },
+    )
+
+
+def _unique(tasks: list[dict]) -> list[dict]:
+    """One task per task_id: the same failure logged twice (two files, a resent line) is one task."""
+    return list({task["task_id"]: task for task in tasks}.values())
+
+
+def build_failure_inbox(running: bool) -> dg.SensorDefinition:
+    """The `failure_inbox` sensor; `running` sets whether it starts switched on (production) or off."""
+
+    @dg.sensor(
+        name="failure_inbox",
+        asset_selection=dg.AssetSelection.assets("failure_logs", "failure_rejects"),
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED,
+        description="A partition and a run per new or changed failure log in the inbox.",
+    )
+    def failure_inbox(context: dg.SensorEvaluationContext, inbox: FailureInbox) -> dg.SensorResult:
+        """New files (or files whose size or mtime changed) since the cursor become partitions and run requests."""
+        seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+        new_keys, requests = [], []
+        for name, stamp in inbox.files():
+            if seen.get(name) == stamp:
+                continue
+            seen[name] = stamp
+            new_keys.append(name)
+            # The run key makes Dagster drop a request it has already launched (overlapping ticks, a restart).
+            requests.append(dg.RunRequest(partition_key=name, run_key=f"{name}:{stamp}"))
+        known = set(context.instance.get_dynamic_partitions(failure_files.name))
+        return dg.SensorResult(
+            run_requests=requests,
+            dynamic_partitions_requests=[failure_files.build_add_request(sorted(set(new_keys) - known))],
+            cursor=json.dumps(seen, sort_keys=True),
+        )
+
+    return failure_inbox
