@@ -25,14 +25,21 @@ def main() -> None:
 @click.option("--profile", type=click.Choice(PROFILES), help="Default: $SEEDWHEEL_PROFILE, else quickstart.")
 @click.option("--select", default=None, help="Dagster asset selection, e.g. 'seed_tasks+' or 'group:seeds'.")
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
-def run(profile: str | None, select: str | None, home: Path | None) -> None:
+@click.option(
+    "--executor",
+    type=click.Choice(["in_process", "multiprocess"]),
+    default="in_process",
+    show_default=True,
+    help="multiprocess: a process per step, two at a time (as `dagster dev` runs them).",
+)
+def run(profile: str | None, select: str | None, home: Path | None, executor: str) -> None:
     """Materialize the asset graph (recorded in the Dagster instance, visible in the UI)."""
     from pipeline.runs import materialize  # Dagster loads slowly; keep `seedwheel --help` fast
 
     settings = Settings.from_env(profile=profile, home=home)
     click.echo(f"seedwheel run: profile={settings.profile} storage={settings.home}")
     try:
-        summary = materialize(settings, select)
+        summary = materialize(settings, select, executor=executor)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     click.echo(f"\nrun {summary.run_id}: {'succeeded' if summary.success else 'FAILED'}")

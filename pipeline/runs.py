@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ from pipeline.instance import PROCESS_TAG, open_instance, process_tag, reap_dead
 from pipeline.settings import Settings
 
 logger = logging.getLogger(__name__)
+# Steps at a time in a multiprocess run: one per core of the 2-core machines this is tested on.
+MULTIPROCESS_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,12 @@ def materialize(
     select: str | None = None,
     resources: Mapping[str, Mapping[str, Any]] | None = None,
     partition: str | None = None,
+    executor: str = "in_process",
 ) -> RunSummary:
     """Materialize the selected assets (all when `select` is None; Dagster selection syntax otherwise).
+
+    `executor`: `in_process` (one process, the CLI's default) or `multiprocess` (a process per step, up to two
+    at a time, as `dagster dev` runs them; the steps rebuild the definitions from `settings.environ()`).
 
     Without `partition` the run covers the unpartitioned assets of the selection; with it, the partitioned ones
     for that partition (a failure log's file name), which is added to the instance when new.
@@ -85,17 +93,62 @@ def materialize(
                     partitions.name, partition
                 ):
                     instance.add_dynamic_partitions(partitions.name, [partition])
-        result = job.execute_in_process(
-            partition_key=partition,
-            run_config={
-                "loggers": {"console": {"config": {"log_level": "INFO"}}},
-                "resources": _resource_config(defs, resources or {}),
-            },
-            instance=instance,
-            asset_selection=keys,
-            raise_on_error=False,
-            tags={"seedwheel/profile": settings.profile, "seedwheel/launched_by": "cli", PROCESS_TAG: process_tag()},
-        )
+        run_config = {
+            "loggers": {"console": {"config": {"log_level": "INFO"}}},
+            "resources": _resource_config(defs, resources or {}),
+        }
+        tags = {"seedwheel/profile": settings.profile, "seedwheel/launched_by": "cli", PROCESS_TAG: process_tag()}
+        if executor == "in_process":
+            result = job.execute_in_process(
+                partition_key=partition,
+                run_config=run_config,
+                instance=instance,
+                asset_selection=keys,
+                raise_on_error=False,
+                tags=tags,
+            )
+            return _summary(settings, result, partition)
+        if executor != "multiprocess":
+            raise ValueError(f"executor {executor!r}: use in_process or multiprocess")
+        run_config["execution"] = {"config": {"multiprocess": {"max_concurrent": MULTIPROCESS_STEPS}}}
+        if partition is not None:
+            tags["dagster/partition"] = partition
+        with (
+            _environment(settings.environ()),
+            dg.execute_job(
+                dg.reconstructable(flywheel_job_from_env),
+                instance=instance,
+                run_config=run_config,
+                tags=tags,
+                asset_selection=keys,
+                raise_on_error=False,
+            ) as result,
+        ):
+            return _summary(settings, result, partition)
+
+
+def flywheel_job_from_env() -> dg.JobDefinition:
+    """`flywheel_job` (every asset), rebuilt from the environment in each step process of a multiprocess run."""
+    return build_definitions(Settings.from_env()).resolve_job_def("flywheel_job")
+
+
+@contextmanager
+def _environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """`variables` set in os.environ for the block (step processes inherit them), restored after."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _summary(settings: Settings, result: Any, partition: str | None) -> RunSummary:
+    """What a finished run did, from its events."""
     summary = RunSummary(run_id=result.run_id, success=result.success)
     for event in result.get_asset_materialization_events():
         materialization = event.materialization

@@ -1,6 +1,7 @@
-"""Integration: the whole asset graph on the example seeds, offline, with a real `transformers serve` on loopback.
+"""Integration: the whole asset graph on the example seeds, offline, with a real `transformers serve` on loopback,
+on the multiprocess executor.
 
-One materialization is shared by the module's tests (it takes about a minute on 2 cores); the rerun test
+One materialization is shared by the module's tests (5-10 minutes on 2 cores); the rerun test
 then checks that the caches make a second run free of LLM calls.
 """
 
@@ -46,7 +47,9 @@ def quickstart(tmp_path_factory) -> tuple[Settings, RunSummary]:
     shutil.copy(REPO / "examples" / "failure_log.jsonl", inbox / "failure_log.jsonl")
     ingested = materialize(settings, "group:failures", partition="failure_log.jsonl")
     assert ingested.success, ingested.failures
-    return settings, materialize(settings)
+    # The whole graph on the multiprocess executor (a process per step, two at a time, as `dagster dev` runs
+    # it); the CLI's in-process executor runs the same graph in `make quickstart` and in the other tests.
+    return settings, materialize(settings, executor="multiprocess")
 
 
 def asset(summary: RunSummary, key: str):
@@ -74,15 +77,19 @@ def test_seed_tasks_round_trip_as_valid_records(quickstart):
     assert read_table(settings.home / "seed_rejects.parquet").empty
 
 
-def test_variants_cover_every_family_and_trace_to_real_seeds(quickstart):
+def test_variants_cover_every_family_and_trace_to_real_seeds_or_failures(quickstart):
     settings, _ = quickstart
     seeds = read_table(settings.home / "seed_tasks.parquet")
+    failure_ids = set(read_table(settings.home / "failure_tasks.parquet")["task_id"])
     variants = records_from_frame(read_table(settings.home / "task_variants.parquet"))
     assert {v["family"] for v in variants if v["lineage"]["generator"]["name"] != "llm_rewrite"} == FAMILIES
     seed_ids = set(seeds["task_id"])
     for variant in variants:
-        assert variant["lineage"]["seed_id"] in seed_ids
-        assert variant["lineage"]["parent_id"] in seed_ids
+        lineage = variant["lineage"]
+        if lineage["failure_id"]:  # a variant of a production failure: rooted at the failure, no seed
+            assert lineage["seed_id"] is None and lineage["parent_id"] in failure_ids
+        else:
+            assert lineage["seed_id"] in seed_ids and lineage["parent_id"] in seed_ids
         assert variant["task_id"] not in seed_ids
     assert len({v["task_id"] for v in variants}) == len(variants)
     context = VerifyContext(seeds_dir=settings.seeds_dir)
@@ -92,13 +99,15 @@ def test_variants_cover_every_family_and_trace_to_real_seeds(quickstart):
 
 def test_garbage_from_the_tiny_model_lands_in_rejects_with_its_raw_text(quickstart):
     settings, summary = quickstart
-    seeds = asset(summary, "seed_tasks").rows
-    assert asset(summary, "task_variants").metadata["llm_calls_made"] == seeds  # one paraphrase per seed
+    # One paraphrase per parent: every seed and every task derived from a production failure.
+    parents = asset(summary, "seed_tasks").rows + asset(summary, "failure_tasks").rows
+    assert asset(summary, "task_variants").metadata["parents"] == parents
+    assert asset(summary, "task_variants").metadata["llm_calls_made"] == parents
     rejects = read_table(settings.home / "variant_rejects.parquet")
     llm = rejects[rejects["generator"] == "llm_rewrite"]
     variants = read_table(settings.home / "task_variants.parquet")
     rewrites = [v for v in variants["lineage"] if v["generator"]["name"] == "llm_rewrite"]
-    assert len(llm) + len(rewrites) == seeds  # every call is accounted for: a variant or a reject
+    assert len(llm) + len(rewrites) == parents  # every call is accounted for: a variant or a reject
     assert set(llm["reason_code"]) <= {"parse_error", "empty_rewrite", "unchanged", "too_long", "lost_content"}
     assert llm["raw"].notna().any()
 
@@ -110,7 +119,8 @@ def test_rerun_makes_no_llm_calls_and_keeps_ids_stable(quickstart):
     rerun = materialize(settings, "task_variants")
     assert rerun.success, rerun.failures
     metadata = asset(rerun, "task_variants").metadata
-    assert (metadata["llm_calls_made"], metadata["llm_calls_cached"]) == (0, asset(summary, "seed_tasks").rows)
+    first = asset(summary, "task_variants").metadata["llm_calls_made"]
+    assert (metadata["llm_calls_made"], metadata["llm_calls_cached"]) == (0, first)  # every call came from the cache
     assert read_table(settings.home / "task_variants.parquet")["task_id"].tolist() == before["task_id"].tolist()
     assert sorted((settings.home / "local_model" / "logs").iterdir()) == server_logs  # no model server was started
     assert not [p for p in settings.home.iterdir() if p.name.startswith(".")]  # no temp files left
