@@ -66,7 +66,7 @@ def reward_audit(
     return dg.MaterializeResult(
         value=rows,
         metadata={
-            **{name: value for name, value in audit.numbers.items()},
+            **audit.numbers,
             "labelled_rows": len(labelled),
             "probe_tasks": len(tasks),
             "reward_weights": dg.MetadataValue.json(training.reward_weights),
