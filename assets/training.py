@@ -26,7 +26,7 @@ from training.grpo_job import METRICS_MESSAGE_KIND
 from training.reward_audit import audit_reward, load_labelled
 from validators.export import export_split
 from validators.rewards import build_reward_funcs
-from validators.tables import records_from_frame
+from validators.tables import atomic_write, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
 
 REWARD_AUDIT_FILE = Path("audit", "reward_audit.jsonl")
@@ -239,7 +239,8 @@ def grpo_checkpoint(
         "grpo": grpo,
     }
     config_path = run_dir / "job.json"
-    config_path.write_text(json.dumps(job, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    with atomic_write(config_path, "w") as handle:
+        handle.write(json.dumps(job, indent=2, sort_keys=True) + "\n")
     context.log.info(f"GRPO on {len(part)} tasks from {start}; job config {config_path}")
     invocation = pipes.run(
         context=context,

@@ -8,6 +8,7 @@ import socket
 import dagster as dg
 
 from pipeline.settings import Settings
+from validators.tables import atomic_write
 
 EXCLUSIVE_TAG = "seedwheel/exclusive"
 # Which process runs a CLI run (host:pid): a run whose process is gone was killed and is reaped.
@@ -37,7 +38,8 @@ def open_instance(settings: Settings) -> dg.DagsterInstance:
     settings.dagster_home.mkdir(parents=True, exist_ok=True)
     config = settings.dagster_home / "dagster.yaml"
     if not config.exists():
-        config.write_text(INSTANCE_YAML, encoding="utf-8")
+        with atomic_write(config, "w") as handle:  # two first runs at once: neither reads a half-written file
+            handle.write(INSTANCE_YAML)
     return dg.DagsterInstance.from_config(str(settings.dagster_home))
 
 

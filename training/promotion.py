@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from training.evaluation import Comparison, PairedDifference
-from validators.tables import atomic_write
+from validators.tables import atomic_write, file_lock
 
 REGISTRY_FORMAT = 1
 
@@ -262,19 +262,21 @@ class PromotionRegistry:
         Returns:
             The new `PromotedModel` entry.
         """
-        data = self._read()
-        previous = data["current"]
-        entry = PromotedModel(
-            model=str(model),
-            promoted_at=(when or datetime.now(UTC)).isoformat(),
-            run_id=run_id,
-            baseline=None if previous is None else previous["model"],
-            numbers=dict(numbers or {}),
-        )
-        record = asdict(entry)
-        data["current"] = record
-        data["history"] = [*data["history"], record]
-        with atomic_write(self.path, "w") as handle:
-            # allow_nan=False: NaN is not JSON; a NaN in the numbers is a bug to surface here, not in a reader.
-            handle.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        # Read, append, replace under a lock: two runs promoting at once both land in the history.
+        with file_lock(self.path.with_name(f".{self.path.name}.lock")):
+            data = self._read()
+            previous = data["current"]
+            entry = PromotedModel(
+                model=str(model),
+                promoted_at=(when or datetime.now(UTC)).isoformat(),
+                run_id=run_id,
+                baseline=None if previous is None else previous["model"],
+                numbers=dict(numbers or {}),
+            )
+            record = asdict(entry)
+            data["current"] = record
+            data["history"] = [*data["history"], record]
+            with atomic_write(self.path, "w") as handle:
+                # allow_nan=False: NaN is not JSON; a NaN in the numbers is a bug to surface here, not in a reader.
+                handle.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
         return entry

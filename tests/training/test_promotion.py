@@ -1,6 +1,7 @@
 """The promotion gate on synthetic score tables, the coverage of its intervals, and the promotion record."""
 
 import json
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -200,7 +201,7 @@ def test_registry_starts_empty_and_records_promotions(tmp_path: Path) -> None:
     assert registry.baseline("base/model") == "ckpt-2"
     # A fresh object reads the same file (the next run), and no temporary files are left beside it.
     assert PromotionRegistry(registry.path).current() == second
-    assert sorted(p.name for p in registry.path.parent.iterdir()) == ["promoted.json"]
+    assert sorted(p.name for p in registry.path.parent.iterdir()) == [".promoted.json.lock", "promoted.json"]
     assert json.loads(registry.path.read_text())["format"] == 1
 
 
@@ -226,6 +227,28 @@ def test_registry_refuses_numbers_that_are_not_json(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="not JSON compliant"):
         registry.promote("ckpt", numbers={"difference": float("nan")})
-    # The failed write left nothing behind: still no promotion.
+    # The failed write left nothing behind (but its lock file): still no promotion.
     assert registry.current() is None
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".promoted.json.lock"]
+
+
+def test_promotions_at_the_same_time_all_land_in_the_history(tmp_path: Path) -> None:
+    # Runs that overlap (threads here; processes take the same flock) each read, append and replace the record.
+    registry = PromotionRegistry(tmp_path / "promoted.json")
+    start = threading.Barrier(8)
+
+    def promote(n: int) -> None:
+        start.wait()
+        PromotionRegistry(registry.path).promote(f"ckpt-{n}", run_id=f"run-{n}")
+
+    threads = [threading.Thread(target=promote, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    history = registry.history()
+    assert sorted(entry.model for entry in history) == [f"ckpt-{n}" for n in range(8)]
+    # Each promotion's baseline is the one before it: one chain, no two read the same "current".
+    assert [entry.baseline for entry in history] == [None, *(entry.model for entry in history[:-1])]
+    assert registry.current() == history[-1]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -237,7 +239,7 @@ def test_incremental_run_matches_new_rows_against_stored_signatures(tmp_path: Pa
     first = label_duplicates(keys, texts, None, CONFIG, index=index)
     assert not any(x.is_duplicate for x in first)
     assert index.commit() == 30
-    assert sorted(p.name for p in folder.iterdir())[:1] == ["manifest.json"]
+    assert sorted(p.name for p in folder.iterdir() if p.name != index_module.LOCK)[:1] == ["manifest.json"]
 
     # Run 2: the stored rows must be read from disk, never re-signed.
     signed: list[int] = []
@@ -332,6 +334,71 @@ def test_damaged_index_is_rebuilt_from_accepted_rows_when_given(tmp_path: Path) 
     labels = label_duplicates(["new"], [texts[4]], None, CONFIG, index=reopened)
     assert labels[0].duplicate_of == keys[4]
     assert not DedupIndex.open(tmp_path, CONFIG).rebuilt
+
+
+def _distinct_tasks(prefix: str, count: int) -> tuple[list[str], list[str]]:
+    # Texts far apart from each other (12 random words of 40): no two are near-duplicates.
+    vocabulary = [
+        f"{a}{b}"
+        for a in ("ka", "lo", "mi", "nu", "pe")
+        for b in ("ran", "sol", "tek", "vim", "dor", "jup", "wex", "zil")
+    ]
+    rng = np.random.default_rng(zlib.crc32(prefix.encode()))
+    texts = [f"{prefix} {i} " + " ".join(rng.choice(vocabulary, 12, replace=False)) for i in range(count)]
+    return [f"{prefix}{i}" for i in range(count)], texts
+
+
+def test_overlapping_runs_commit_in_turn_and_lose_no_rows(tmp_path: Path) -> None:
+    keys, texts = _distinct_tasks("base task", 10)
+    base = DedupIndex.open(tmp_path, CONFIG)
+    label_duplicates(keys, texts, None, CONFIG, index=base)
+    base.commit()
+    # Two runs open the same index before either commits; both accept the same new task "shared".
+    first, second = DedupIndex.open(tmp_path, CONFIG), DedupIndex.open(tmp_path, CONFIG)
+    first_keys, first_texts = _distinct_tasks("first run row", 5)
+    second_keys, second_texts = _distinct_tasks("second run entry", 5)
+    shared = "a brand new task about lighthouses and the ships they guide home"
+    label_duplicates([*first_keys, "shared"], [*first_texts, shared], None, CONFIG, index=first)
+    label_duplicates([*second_keys, "shared"], [*second_texts, shared], None, CONFIG, index=second)
+
+    assert second.commit() == 6
+    assert first.commit() == 5  # "shared" was committed by the other run meanwhile: not indexed twice
+
+    reopened = DedupIndex.open(tmp_path, CONFIG)
+    assert not reopened.rebuilt and len(reopened) == 21
+    assert reopened.keys == [*keys, *second_keys, "shared", *first_keys]  # commit order; no key twice
+    assert [s["id"] for s in json.loads((tmp_path / "manifest.json").read_text())["segments"]] == [0, 1, 2]
+    # The run that committed last took the other's rows in: its ordinals match the files'.
+    assert first.keys == reopened.keys and np.array_equal(first.signatures, reopened.signatures)
+    near = label_duplicates(["late"], [second_texts[2] + " indeed"], None, CONFIG, index=first)
+    assert near[0].duplicate_of == second_keys[2]
+
+
+def _commit_after_barrier(folder: str, prefix: str, barrier) -> None:
+    # One overlapping run, in its own process: open, wait for all the others to have opened, label, commit.
+    index = DedupIndex.open(Path(folder), CONFIG)
+    barrier.wait(timeout=60)
+    keys, texts = _distinct_tasks(prefix, 20)
+    assert not any(label.is_duplicate for label in label_duplicates(keys, texts, None, CONFIG, index=index))
+    assert index.commit() == 20
+
+
+def test_runs_in_separate_processes_committing_at_once_keep_every_row(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    prefixes = ["alpha row", "beta item", "gamma entry", "delta case"]
+    barrier = context.Barrier(len(prefixes))
+    workers = [
+        context.Process(target=_commit_after_barrier, args=(str(tmp_path), prefix, barrier)) for prefix in prefixes
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0] * len(prefixes)
+
+    index = DedupIndex.open(tmp_path, CONFIG)
+    assert not index.rebuilt and len(index) == 80
+    assert sorted(index.keys) == sorted(key for prefix in prefixes for key in _distinct_tasks(prefix, 20)[0])
 
 
 def test_datasketch_storage_path_gives_the_same_labels(tmp_path: Path) -> None:

@@ -20,6 +20,11 @@ file makes the index *rebuilt* (`rebuilt` is True and `rebuild_reason` says why,
 the files are discarded and the index restarts empty, or from `rebuild_from` (the accepted rows' keys and
 texts, re-signed) when the caller can provide them. A damaged index is never trusted.
 
+**Overlapping runs** (two regenerations forced side by side) share the folder safely: opening, rebuilding and
+committing hold an exclusive lock on `.lock` (`flock`, dropped by the kernel if the holder dies), and a commit
+first takes in the segments another run committed since this one opened the index, so each commit appends the
+next segment and no run's rows are lost or indexed twice.
+
 **Candidate search** against the index is in memory: LSH band keys are recomputed from the stored signatures
 (`bench/bench_dedup.py` measures it: ~1 s per million rows, cheaper than storing the band tables, which would
 double the index). **Scale-out**: `storage_config` (datasketch's, e.g. `{"type": "redis", "redis": {"host":
@@ -60,17 +65,21 @@ from validators.dedup.minhash import (
     exact_hash,
     normalize_text,
 )
-from validators.tables import atomic_write
+from validators.tables import atomic_write, file_lock
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+LOCK = ".lock"  # held while a run opens, commits or rebuilds the index (validators.tables.file_lock)
 FORMAT_VERSION = 1
 RebuildSource = Callable[[], tuple[Sequence[Hashable], Sequence[str]]]
 
 
 class IndexCorruptError(ValueError):
     """An index file that is missing, truncated, garbled or written for another config."""
+
+
+LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, EOFError)  # what a damaged file raises while loading
 
 
 def _crc(data: bytes | memoryview | np.ndarray) -> str:
@@ -157,19 +166,20 @@ class DedupIndex:
         """
         index = cls(folder, config, storage_config)
         started = time.perf_counter()
-        if (index.folder / MANIFEST).exists() or any(index.folder.glob("seg-*")):
-            try:
-                index._load()
-            except (OSError, ValueError, KeyError, TypeError, EOFError) as error:
-                index._discard(f"{type(error).__name__}: {error}")
-                if rebuild_from is not None:
-                    keys, texts = rebuild_from()
-                    index.stage_texts(keys, texts)
-                    index.commit()
+        with file_lock(index.folder / LOCK):  # a run committing or rebuilding now finishes first
+            if (index.folder / MANIFEST).exists() or any(index.folder.glob("seg-*")):
+                try:
+                    index._load()
+                except LOAD_ERRORS as error:
+                    index._discard(f"{type(error).__name__}: {error}")
+                    if rebuild_from is not None:
+                        keys, texts = rebuild_from()
+                        index.stage_texts(keys, texts)
+                        index._write_segment()
         index.load_seconds = time.perf_counter() - started
         return index
 
-    def _load(self) -> None:
+    def _read_manifest(self) -> dict[str, Any]:
         manifest_path = self.folder / MANIFEST
         if not manifest_path.exists():
             raise IndexCorruptError(f"{manifest_path} is missing but segment files exist")
@@ -183,27 +193,31 @@ class DedupIndex:
         for field, value in expected.items():
             if manifest.get(field) != value:
                 raise IndexCorruptError(f"manifest {field} is {manifest.get(field)!r}, expected {value!r}")
+        return manifest
+
+    def _read_segment(self, segment: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes]:
+        """A segment's signatures, exact hashes, key hashes and keys file, verified against its manifest entry."""
+        rows = int(segment["rows"])
+        sig = np.load(self.folder / segment["signatures"], allow_pickle=False)
+        hashes = np.load(self.folder / segment["exact"], allow_pickle=False)
+        key_hash = np.load(self.folder / segment["keyhash"], allow_pickle=False)
+        key_bytes = (self.folder / segment["keys"]).read_bytes()
+        if sig.shape != (rows, self.config.num_perm) or sig.dtype != np.uint32:
+            raise IndexCorruptError(f"{segment['signatures']} has shape {sig.shape} {sig.dtype}, expected {rows}")
+        if hashes.shape != (rows,) or hashes.dtype != np.uint64:
+            raise IndexCorruptError(f"{segment['exact']} has shape {hashes.shape}, expected ({rows},)")
+        if key_hash.shape != (rows,) or key_hash.dtype != np.uint64:
+            raise IndexCorruptError(f"{segment['keyhash']} has shape {key_hash.shape}, expected ({rows},)")
+        checksum = {"signatures": _crc(sig), "exact": _crc(hashes), "keyhash": _crc(key_hash), "keys": _crc(key_bytes)}
+        if checksum != segment["checksum"]:
+            raise IndexCorruptError(f"segment {segment['id']} checksum {checksum} != {segment['checksum']}")
+        return sig, hashes, key_hash, key_bytes
+
+    def _load(self) -> None:
+        manifest = self._read_manifest()
         signatures, exact, key_hashes, key_chunks = [], [], [], []
         for segment in manifest["segments"]:
-            rows = int(segment["rows"])
-            sig = np.load(self.folder / segment["signatures"], allow_pickle=False)
-            hashes = np.load(self.folder / segment["exact"], allow_pickle=False)
-            key_hash = np.load(self.folder / segment["keyhash"], allow_pickle=False)
-            key_bytes = (self.folder / segment["keys"]).read_bytes()
-            if sig.shape != (rows, self.config.num_perm) or sig.dtype != np.uint32:
-                raise IndexCorruptError(f"{segment['signatures']} has shape {sig.shape} {sig.dtype}, expected {rows}")
-            if hashes.shape != (rows,) or hashes.dtype != np.uint64:
-                raise IndexCorruptError(f"{segment['exact']} has shape {hashes.shape}, expected ({rows},)")
-            if key_hash.shape != (rows,) or key_hash.dtype != np.uint64:
-                raise IndexCorruptError(f"{segment['keyhash']} has shape {key_hash.shape}, expected ({rows},)")
-            checksum = {
-                "signatures": _crc(sig),
-                "exact": _crc(hashes),
-                "keyhash": _crc(key_hash),
-                "keys": _crc(key_bytes),
-            }
-            if checksum != segment["checksum"]:
-                raise IndexCorruptError(f"segment {segment['id']} checksum {checksum} != {segment['checksum']}")
+            sig, hashes, key_hash, key_bytes = self._read_segment(segment)
             signatures.append(sig)
             exact.append(hashes)
             key_hashes.append(key_hash)
@@ -378,9 +392,60 @@ class DedupIndex:
     def commit(self) -> int:
         """Write the staged rows as one new segment, then the manifest (atomically, manifest last).
 
+        Safe when runs overlap: under the index's lock, segments that another run committed since this one
+        opened the index are loaded first (they keep their ordinals; this run's rows come after them), and
+        staged rows whose keys that run already committed are dropped, so no key is indexed twice. Rows the two
+        runs accepted as new, near-duplicates of each other, both stay; the next run labels against both.
+
         Returns:
             The number of rows written (0 writes nothing).
         """
+        if not self._staged:
+            return 0
+        with file_lock(self.folder / LOCK):
+            self._catch_up()
+            return self._write_segment()
+
+    def _catch_up(self) -> None:
+        """Bring the in-memory index up to the manifest on disk (called under the lock, staged rows kept)."""
+        if not (self.folder / MANIFEST).exists() and not self._segments:
+            return
+        try:
+            manifest = self._read_manifest()
+            ours = [(s["id"], s["checksum"]) for s in self._segments]
+            theirs = [(s["id"], s["checksum"]) for s in manifest["segments"]]
+            if theirs[: len(ours)] != ours:  # another run discarded and rebuilt the index: take it whole
+                staged, self._staged = self._staged, []
+                self.__init__(self.folder, self.config, self.storage_config)  # type: ignore[misc]
+                self._staged = staged
+                self._load()
+            else:
+                for segment in manifest["segments"][len(ours) :]:
+                    sig, hashes, key_hash, key_bytes = self._read_segment(segment)
+                    self._segments.append(segment)
+                    self._key_chunks.append(key_bytes)
+                    self._key_hashes = np.concatenate([self._key_hashes, key_hash])
+                    self._rows += len(key_hash)
+                    self._pending.append((sig, hashes))
+                    self._band_keys = None
+                if len(theirs) == len(ours):
+                    return
+        except LOAD_ERRORS as error:  # damaged since this run opened it: restart it with this run's rows
+            staged = self._staged
+            self._discard(f"{type(error).__name__}: {error}")
+            self._staged = staged
+            return
+        known = self.ordinals_of([k for batch, _, _ in self._staged for k in batch]) >= 0
+        if known.any():
+            batches, start = [], 0
+            for keys, signatures, exact in self._staged:
+                keep = ~known[start : start + len(keys)]
+                start += len(keys)
+                kept_keys = [k for k, kept in zip(keys, keep, strict=True) if kept]
+                batches.append((kept_keys, signatures[keep], exact[keep]))
+            self._staged = [batch for batch in batches if batch[0]]
+
+    def _write_segment(self) -> int:
         if not self._staged:
             return 0
         keys = [k for batch, _, _ in self._staged for k in batch]
