@@ -145,7 +145,7 @@ def deduplicated_tasks(
     indexed_before = len(index)
     tasks = records_from_frame(validated_tasks[list(TASK_FIELDS)])
     labels = dedup_tasks(tasks, config, index)
-    index.commit()
+    added = index.commit()  # also takes in rows another run committed meanwhile: "after" may exceed before + added
     labelled = validated_tasks[list(TASK_FIELDS)].assign(
         is_duplicate=[label.is_duplicate for label in labels],
         cluster_id=[label.cluster_id for label in labels],
@@ -163,6 +163,7 @@ def deduplicated_tasks(
             "by_family": count_table(duplicates["family"], "family"),
             "minhash": str(config),
             "index_rows_before": indexed_before,
+            "index_rows_added": added,
             "index_rows_after": len(index),
             "index_rebuilt": index.rebuilt,
             "preview": preview(duplicates, ("task_id", "family", "dedup_kind", "duplicate_of")),
@@ -192,7 +193,7 @@ def split_tasks(judged_tasks: pd.DataFrame, policy: CurationPolicy, judge: Judge
     for name in ("train", "eval"):
         part = kept[sides == name].reset_index(drop=True)
         exported = export_split(part, storage.path("export"), name)
-        summary_columns = [*policy.stratify_by, "roots", f"{name}_roots", f"{name}_tasks"]
+        summary_columns = ["source", *policy.stratify_by, "roots", f"{name}_roots", f"{name}_tasks"]
         yield dg.Output(
             part,
             output_name=f"{name}_tasks",

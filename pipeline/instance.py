@@ -8,7 +8,7 @@ import socket
 import dagster as dg
 
 from pipeline.settings import Settings
-from validators.tables import atomic_write
+from validators.tables import atomic_write, file_lock
 
 EXCLUSIVE_TAG = "seedwheel/exclusive"
 # Which process runs a CLI run (host:pid): a run whose process is gone was killed and is reaped.
@@ -35,12 +35,14 @@ concurrency:
 
 def open_instance(settings: Settings) -> dg.DagsterInstance:
     """The persistent instance at `settings.dagster_home`, created on first use."""
-    settings.dagster_home.mkdir(parents=True, exist_ok=True)
-    config = settings.dagster_home / "dagster.yaml"
-    if not config.exists():
-        with atomic_write(config, "w") as handle:  # two first runs at once: neither reads a half-written file
-            handle.write(INSTANCE_YAML)
-    return dg.DagsterInstance.from_config(str(settings.dagster_home))
+    # Under a lock: the first open creates the SQLite storages, and two runs creating them at once would both
+    # stamp their schema versions, leaving an instance no later run can open ("more than one head").
+    with file_lock(settings.dagster_home / ".instance.lock"):
+        config = settings.dagster_home / "dagster.yaml"
+        if not config.exists():
+            with atomic_write(config, "w") as handle:
+                handle.write(INSTANCE_YAML)
+        return dg.DagsterInstance.from_config(str(settings.dagster_home))
 
 
 def process_tag() -> str:

@@ -164,6 +164,7 @@ class CurationPolicy(dg.ConfigurableResource):
     threshold: float = 0.5
     minhash_seed: int = 1
     eval_fraction: float = 0.2
+    failure_eval_fraction: float = 0.5  # of production failures no seed explains: held out for the gate's line
     split_salt: str = "seedwheel-split-v1"
     stratify_by: list[str] = Field(default_factory=lambda: ["family"])
     # Where the LSH band tables live: empty keeps them in memory (recomputed from the stored signatures); a
@@ -188,7 +189,12 @@ class CurationPolicy(dg.ConfigurableResource):
         return {"type": "redis", "redis": connection}
 
     def split_config(self) -> SplitConfig:
-        return SplitConfig(eval_fraction=self.eval_fraction, salt=self.split_salt, stratify_by=tuple(self.stratify_by))
+        return SplitConfig(
+            eval_fraction=self.eval_fraction,
+            failure_eval_fraction=self.failure_eval_fraction,
+            salt=self.split_salt,
+            stratify_by=tuple(self.stratify_by),
+        )
 
 
 class JudgePolicy(dg.ConfigurableResource):

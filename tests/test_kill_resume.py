@@ -20,9 +20,10 @@ import pytest
 from generators.llm.cache import DB_NAME
 from pipeline.runs import materialize
 from pipeline.settings import Settings
+from tests.outputs import assert_whole_files
 from tests.paths import REPO, SEEDS
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, read_table, write_table
+from validators.tables import frame_from_records, write_table
 from validators.tasks import TASK_FIELDS
 
 pytestmark = pytest.mark.slow
@@ -88,13 +89,6 @@ def leftover_processes(settings: Settings) -> list[str]:
         time.sleep(0.5)
 
 
-def assert_whole_files(settings: Settings) -> None:
-    """Every table under the root reads, and no temporary file of an interrupted write is left in sight."""
-    for path in settings.home.rglob("*.parquet"):
-        read_table(path)
-    assert not [p for p in settings.home.iterdir() if p.name.startswith(".")]
-
-
 @pytest.fixture
 def killable(tmp_path) -> Settings:
     settings = Settings.from_env({}, home=tmp_path / "home", seeds_dir=SEEDS, dagster_home=tmp_path / "dagster")
@@ -108,7 +102,7 @@ def test_generation_killed_mid_llm_calls_resumes_without_repeating_them(killable
     assert materialize(settings, "key:seed_tasks or key:failure_tasks").success
     run_and_kill(settings, select, until=lambda: llm_cache_rows(settings) >= 20)
     assert leftover_processes(settings) == []  # the model server went down with the killed run
-    assert_whole_files(settings)
+    assert_whole_files(settings.home)
     done_before = llm_cache_rows(settings)
     rerun = materialize(settings, select)
     assert rerun.success, rerun.failures
@@ -125,7 +119,7 @@ def test_judging_killed_mid_run_resumes_without_repeating_calls(killable):
     before = llm_cache_rows(settings)
     run_and_kill(settings, "key:judged_tasks", until=lambda: llm_cache_rows(settings) >= before + 4)
     assert leftover_processes(settings) == []
-    assert_whole_files(settings)
+    assert_whole_files(settings.home)
     done_before = llm_cache_rows(settings) - before
     rerun = materialize(settings, "key:judged_tasks")
     assert rerun.success, rerun.failures
@@ -148,7 +142,7 @@ def test_training_killed_mid_run_resumes_from_its_last_checkpoint(killable, tiny
     checkpoint = lambda: any(runs.glob("*/output/checkpoint-2/trainer_state.json"))  # noqa: E731
     run_and_kill(settings, "key:grpo_checkpoint", until=checkpoint, resources=resources)
     assert leftover_processes(settings) == []  # the training job went down with the killed run
-    assert_whole_files(settings)
+    assert_whole_files(settings.home)
     rerun = materialize(settings, "key:grpo_checkpoint", resources=resources)
     assert rerun.success, rerun.failures
     metadata = rerun.assets[0].metadata

@@ -201,5 +201,11 @@ def test_production_failures_become_tasks_variants_and_a_separate_eval_line(quic
     held_out = [
         t for t, lineage in zip(evaluation["task_id"], evaluation["lineage"], strict=True) if lineage["failure_id"]
     ]
-    assert failure_eval["task_id"].tolist() == held_out
-    assert asset(summary, "promotion").metadata["failure_eval"].startswith("failure_eval:")
+    # Failures form their own split stratum, so with several of them at least one is held out for the gate.
+    assert failure_eval["task_id"].tolist() == held_out and held_out
+    held_out_failures = {lineage["failure_id"] for lineage in failure_eval["lineage"]}
+    assert held_out_failures < failure_ids  # and at least one is trained on
+    evaluated = read_table(settings.home / "checkpoint_eval.parquet")
+    assert set(evaluated.loc[evaluated["failure_eval"].astype(bool), "task_id"]) == set(held_out)
+    line = asset(summary, "promotion").metadata["failure_eval"]
+    assert line.startswith("failure_eval: the candidate solves ") and f" of {len(held_out)} held-out" in line

@@ -37,6 +37,13 @@ size, because its cut-off moves (its column comes from the same experiment). The
 family) make the guarantee fire with probability `0.8 ** 27` = 0.2% per family; by family and difficulty, strata of
 1-16 roots, it fires often.
 
+**Production failures.** Roots that are production failures no seed explains (their lineage has a `failure_id`
+and no `seed_id`) go to eval when their hash is below `failure_eval_fraction` (0.5 by default: failures are few,
+and the promotion gate's question "which production failures does the candidate now fix?" needs held-out ones),
+and they form one stratum of their own (`source` "failure" in the summary, apart from the seed strata), so the
+guarantee rule holds out at least `min_eval_per_stratum` of them, and trains on `min_train_per_stratum`, as soon
+as there are enough. A failure traced to a seed is that seed's lineage and follows it.
+
 **Sticky mode.** `plan_splits(..., previous=plan.sides)` keeps every root of an earlier split on its side and
 lets the guarantee rule move only new roots: then no root ever moves (a stratum whose guarantee only old roots
 could meet stays short and says so in the summary). Recompute without `previous` when changing the salt.
@@ -58,6 +65,7 @@ logger = logging.getLogger(__name__)
 
 TRAIN = "train"
 EVAL = "eval"
+SEED, FAILURE = "seed", "failure"  # a root's source: a curated seed, or a production failure no seed explains
 LINEAGE_KINDS = ("seed_id", "failure_id")
 # Fields that cannot define a stratum: nested values, or one value per task (every root its own stratum).
 UNSTRATIFIABLE = frozenset({"task_id", "prompt", "verifier", "reference", "lineage", "tags"})
@@ -76,7 +84,8 @@ class SplitConfig:
     """How tasks are split into train and eval by lineage root.
 
     Args:
-        eval_fraction: share of lineage roots held out for evaluation, in (0, 1).
+        eval_fraction: share of seed lineage roots held out for evaluation, in (0, 1).
+        failure_eval_fraction: share of production-failure roots held out, in (0, 1) (module docstring).
         salt: mixed into the hash; the same salt gives the same split everywhere, a new salt reshuffles.
         stratify_by: task fields whose values form a stratum, read from the root's own record.
         min_eval_per_stratum: eval roots guaranteed in every stratum large enough (see the module docstring).
@@ -88,18 +97,20 @@ class SplitConfig:
     """
 
     eval_fraction: float = 0.2
+    failure_eval_fraction: float = 0.5
     salt: str = "seedwheel-split-v1"
     stratify_by: tuple[str, ...] = ("family",)
     min_eval_per_stratum: int = 1
     min_train_per_stratum: int = 1
 
     def __post_init__(self) -> None:
-        fraction = self.eval_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction < 1:
-            raise SplitConfigError(
-                f"eval_fraction must be a number strictly between 0 and 1, got {fraction!r}; "
-                "e.g. 0.2 holds out a fifth of the seed lineages"
-            )
+        for name, example in (("eval_fraction", "the seed lineages"), ("failure_eval_fraction", "the failures")):
+            fraction = getattr(self, name)
+            if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction < 1:
+                raise SplitConfigError(
+                    f"{name} must be a number strictly between 0 and 1, got {fraction!r}; "
+                    f"e.g. 0.2 holds out a fifth of {example}"
+                )
         if not isinstance(self.salt, str) or not self.salt:
             raise SplitConfigError(f"salt must be a non-empty string, got {self.salt!r}; e.g. 'seedwheel-split-v1'")
         if isinstance(self.stratify_by, str):
@@ -150,8 +161,9 @@ class SplitPlan:
         roots: the lineage root per task, in input order.
         sides: root -> side.
         guaranteed: root -> `"promoted"` / `"demoted"` for roots placed by the guarantee rule, not the hash.
-        summary: one row per stratum: its field values, `roots`, `train_roots`, `eval_roots`, `train_tasks`,
-            `eval_tasks`, `guaranteed_roots`, `previous_roots`; sorted by stratum.
+        summary: one row per stratum: its `source` (seed or failure), its field values (None for the failure
+            stratum), `roots`, `train_roots`, `eval_roots`, `train_tasks`, `eval_tasks`, `guaranteed_roots`,
+            `previous_roots`; sorted by stratum.
     """
 
     splits: list[str]
@@ -295,9 +307,12 @@ def plan_splits(
     members: dict[str, list[Mapping[str, Any]]] = {}
     for root, task in zip(roots, records, strict=True):
         members.setdefault(root, []).append(task)
+    # Seeds name a group first, so a root is a production failure exactly when none of its tasks has a seed_id.
+    failures = {root for root, group in members.items() if not any(t["lineage"].get("seed_id") for t in group)}
     strata: dict[tuple[Any, ...], list[str]] = {}
     for root, group in members.items():
-        strata.setdefault(_stratum_of(root, group, config.stratify_by), []).append(root)
+        stratum = (FAILURE,) if root in failures else (SEED, *_stratum_of(root, group, config.stratify_by))
+        strata.setdefault(stratum, []).append(root)
 
     previous = dict(previous or {})
     odd = {root: side for root, side in previous.items() if side not in (TRAIN, EVAL)}
@@ -307,7 +322,10 @@ def plan_splits(
             "pass SplitPlan.sides from an earlier run"
         )
     hashes = {root: root_hash(root, config.salt) for root in members}
-    sides = {root: EVAL if hashes[root] < config.eval_fraction else TRAIN for root in members}
+    fractions = {SEED: config.eval_fraction, FAILURE: config.failure_eval_fraction}
+    sides = {
+        root: EVAL if hashes[root] < fractions[FAILURE if root in failures else SEED] else TRAIN for root in members
+    }
     sides.update({root: side for root, side in previous.items() if root in sides})
     guaranteed: dict[str, str] = {}
     for stratum_roots in strata.values():
@@ -331,9 +349,11 @@ def plan_splits(
     for stratum, stratum_roots in sorted(strata.items(), key=lambda item: repr(item[0])):
         train_roots = [r for r in stratum_roots if sides[r] == TRAIN]
         eval_roots = [r for r in stratum_roots if sides[r] == EVAL]
+        source, values = stratum[0], stratum[1:] or (None,) * len(config.stratify_by)
         summary.append(
             {
-                **dict(zip(config.stratify_by, stratum, strict=True)),
+                "source": source,
+                **dict(zip(config.stratify_by, values, strict=True)),
                 "roots": len(stratum_roots),
                 "train_roots": len(train_roots),
                 "eval_roots": len(eval_roots),

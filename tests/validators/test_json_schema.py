@@ -154,11 +154,37 @@ def test_schema_only_task_passes_any_valid_document():
         ({"schema": {}, "expect": {"a": 1}}, "Additional properties"),
         # An empty expected object checks nothing.
         ({"schema": {}, "expected": {}}, "should be non-empty"),
+        # A reference to another document: nothing is fetched, so every answer would fail (or the check raise).
+        (
+            {"schema": {"properties": {"a": {"$ref": "https://example.com/a.json"}}}},
+            "schema $ref 'https://example.com/a.json' resolves to nothing in the schema (no other document is "
+            "fetched): define it under $defs and refer to it as '#/$defs/...' "
+            "(/verifier/params/schema/properties/a/$ref)",
+        ),
+        # A local reference to a definition that is not there.
+        ({"schema": {"$defs": {"b": {}}, "$ref": "#/$defs/a"}}, "$ref '#/$defs/a' resolves to nothing"),
     ],
 )
 def test_params_problems(params, problem):
     problems = spec_problems({"name": "json_schema", "params": params})
     assert any(problem in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        # Local definitions, by pointer and by anchor.
+        {"$defs": {"money": {"type": "number"}}, "properties": {"total": {"$ref": "#/$defs/money"}}},
+        {"$defs": {"money": {"$anchor": "money", "type": "number"}}, "properties": {"total": {"$ref": "#money"}}},
+        # A nested $id changes the base its refs resolve against.
+        {"properties": {"a": {"$id": "https://example.com/a", "$defs": {"x": {}}, "$ref": "#/$defs/x"}}},
+        # "$ref" as data (an enum value) or as a property name is no reference.
+        {"enum": [{"$ref": "elsewhere.json"}]},
+        {"properties": {"$ref": {"type": "string"}}},
+    ],
+)
+def test_schemas_that_refer_only_inside_themselves_are_accepted(schema):
+    assert spec_problems({"name": "json_schema", "params": {"schema": schema}}) == []
 
 
 def test_wrong_answer_fails_and_is_schema_shaped():

@@ -68,6 +68,8 @@ BULK_ONLY = SplitConfig(eval_fraction=0.2, salt="t", min_eval_per_stratum=0, min
         ({"stratify_by": ("task_id",)}, r"cannot use \['task_id'\]"),
         # A repeated field is a typo.
         ({"stratify_by": ("family", "family")}, r"repeats a field"),
+        # The failures' share is checked the same way.
+        ({"failure_eval_fraction": 1}, r"failure_eval_fraction must be a number strictly between 0 and 1, got 1"),
         # Negative minimums mean nothing.
         ({"min_eval_per_stratum": -1}, r"min_eval_per_stratum must be an integer >= 0, got -1"),
         # Minimums count roots.
@@ -284,6 +286,43 @@ def test_eval_fraction_on_10000_roots():
     for row in plan.summary:
         assert abs(row["eval_roots"] / row["roots"] - 0.2) < 4 * math.sqrt(0.2 * 0.8 / 2000), row
     assert plan.guaranteed == {}
+
+
+def failures(prefix, n, family="sql"):
+    """Tasks made from production failures no seed explains: each is its own lineage root."""
+    return [task(f"{prefix}{i}", family, failure_id=f"{prefix}{i}", source="production_failure") for i in range(n)]
+
+
+def test_production_failures_are_held_out_at_their_own_fraction_in_their_own_stratum():
+    # 2,000 failure roots at 0.5 (sd 0.011) beside 2,000 seed roots at 0.2 (sd 0.009): 4 sd each.
+    tasks = [*seeds("s", 2000), *failures("f", 2000)]
+    plan = plan_splits(tasks, SplitConfig(eval_fraction=0.2, failure_eval_fraction=0.5, salt="failures"))
+    rows = {row["source"]: row for row in plan.summary}
+    assert set(rows) == {"seed", "failure"} and rows["failure"]["family"] is None  # one stratum for all failures
+    assert abs(rows["seed"]["eval_roots"] / 2000 - 0.2) < 4 * math.sqrt(0.2 * 0.8 / 2000)
+    assert abs(rows["failure"]["eval_roots"] / 2000 - 0.5) < 4 * math.sqrt(0.5 * 0.5 / 2000)
+    # The bulk rule is still the hash, at the failures' fraction.
+    for root, side in plan.sides.items():
+        fraction = 0.5 if root.startswith("f") else 0.2
+        assert side == (EVAL if root_hash(root, "failures") < fraction else TRAIN)
+
+
+def test_the_gate_gets_a_held_out_failure_as_soon_as_there_are_two():
+    # Two failures of different families, both hashing to train: the failure stratum still holds one out.
+    config = SplitConfig(failure_eval_fraction=0.5, salt="t")
+    both_train = [f"f{i}" for i in range(100) if root_hash(f"f{i}", "t") >= 0.5][:2]
+    tasks = [
+        *seeds("s", 10),
+        task(both_train[0], "a", failure_id=both_train[0]),
+        task(both_train[1], "b", failure_id=both_train[1]),
+    ]
+    plan = plan_splits(tasks, config)
+    assert sorted(plan.sides[root] for root in both_train) == [EVAL, TRAIN]
+    assert plan.guaranteed == {min(both_train, key=lambda root: root_hash(root, "t")): "promoted"}
+    # A failure traced to a seed is that seed's lineage: it follows the seed, whatever its own id hashes to.
+    traced = task("fx", "sql", seed_id="s3", failure_id="fx")
+    assert plan_splits([*tasks, traced], config).sides["s3"] == plan.sides["s3"]
+    assert "fx" not in plan_splits([*tasks, traced], config).sides
 
 
 def test_salt_reshuffles():

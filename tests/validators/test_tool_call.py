@@ -177,6 +177,14 @@ def test_rejects(completion, reason):
             },
             "parameters is not a valid JSON Schema",
         ),
+        # ... and refer to nothing outside themselves (no other document is fetched).
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "shared.json"}}}],
+                "expected": {"name": "f", "arguments": {}},
+            },
+            "parameters $ref 'shared.json' resolves to nothing in the schema",
+        ),
         # Tool names must be unique.
         ({**PARAMS, "tools": [WEATHER, WEATHER]}, "tool name 'get_weather' is repeated"),
         # Tools follow the OpenAI shape.

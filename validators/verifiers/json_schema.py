@@ -13,6 +13,9 @@ from typing import Any, ClassVar
 
 import jsonschema
 from jsonschema.exceptions import best_match
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from validators.compare import altered, field_mismatches, leaf_count
 from validators.extract import extract_json
@@ -33,6 +36,59 @@ def schema_violation(schema: Mapping[str, Any], value: Any) -> str | None:
         return None
     message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
     return f"{json_pointer(error.absolute_path)}: {message}"
+
+
+# Keywords whose values are data (a "$ref" inside them is not a reference), and those mapping names to subschemas.
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def schema_definition_problems(schema: Mapping[str, Any], name: str, where: str) -> list[str]:
+    """Why `schema` cannot check answers: it is no valid JSON Schema (draft 2020-12), or one of its `$ref`s
+    resolves to nothing inside it (verifiers fetch no other document, so it would fail every answer).
+
+    Args:
+        schema: the schema a task carries.
+        name: what the task calls it, to start each message (`schema`, `parameters`).
+        where: its JSON Pointer in the task; each message ends with the pointer of the fault.
+
+    Example:
+        >>> [problem] = schema_definition_problems({"$ref": "https://x.org/a.json"}, "schema", "/params/schema")
+        >>> problem.startswith("schema $ref 'https://x.org/a.json' resolves to nothing"), problem[-21:]
+        (True, '(/params/schema/$ref)')
+    """
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return [f"{name} is not a valid JSON Schema: {exc.message} ({json_pointer(exc.absolute_path, prefix=where)})"]
+    problems: list[str] = []
+
+    def walk(node: Any, path: list[str | int], resolver: Any) -> None:
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, [*path, i], resolver)
+            return
+        if not isinstance(node, Mapping):
+            return
+        if path and isinstance(node.get("$id"), str):  # a nested $id changes the base of its refs
+            resolver = resolver.in_subresource(DRAFT202012.create_resource(node))
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                try:
+                    resolver.lookup(value)
+                except Unresolvable:
+                    problems.append(
+                        f"{name} $ref {value!r} resolves to nothing in the schema (no other document is fetched): "
+                        f"define it under $defs and refer to it as '#/$defs/...' ({json_pointer([*path, key], where)})"
+                    )
+            elif key in _SCHEMA_MAPS and isinstance(value, Mapping):
+                for child, subschema in value.items():
+                    walk(subschema, [*path, key, child], resolver)
+            elif key not in _DATA_KEYWORDS:
+                walk(value, [*path, key], resolver)
+
+    walk(schema, [], Registry().with_resource("", DRAFT202012.create_resource(schema)).resolver())
+    return problems
 
 
 @register
@@ -73,11 +129,7 @@ class JsonSchema(Verifier):
     def params_problems(self, params: Mapping[str, Any], context: VerifyContext) -> list[str]:
         problems = super().params_problems(params, context)
         if isinstance(params.get("schema"), Mapping):
-            try:
-                jsonschema.Draft202012Validator.check_schema(params["schema"])
-            except jsonschema.SchemaError as exc:
-                where = json_pointer(exc.absolute_path, prefix="/verifier/params/schema")
-                problems.append(f"schema is not a valid JSON Schema: {exc.message} ({where})")
+            problems += schema_definition_problems(params["schema"], "schema", "/verifier/params/schema")
         return problems
 
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:

@@ -23,12 +23,10 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import jsonschema
-
 from validators.compare import altered, field_mismatches
 from validators.extract import describe_json_error, extract_json, loads_strict
 from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
-from validators.verifiers.json_schema import schema_violation
+from validators.verifiers.json_schema import schema_definition_problems, schema_violation
 
 _TOOL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -117,11 +115,10 @@ class ToolCall(Verifier):
         for i, tool in enumerate(params["tools"]):
             if names.count(names[i]) > 1 and names.index(names[i]) < i:
                 problems.append(f"tool name '{names[i]}' is repeated (/verifier/params/tools/{i}/function/name)")
-            try:
-                jsonschema.Draft202012Validator.check_schema(tool["function"].get("parameters", {}))
-            except jsonschema.SchemaError as exc:
-                where = f"/verifier/params/tools/{i}/function/parameters"
-                problems.append(f"parameters is not a valid JSON Schema: {exc.message} ({where})")
+            parameters = tool["function"].get("parameters", {})
+            problems += schema_definition_problems(
+                parameters, "parameters", f"/verifier/params/tools/{i}/function/parameters"
+            )
         expected = params["expected"]
         tools = _tools_by_name(params)
         if expected["name"] not in tools:
