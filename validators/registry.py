@@ -58,7 +58,11 @@ class Completion:
 
     @classmethod
     def from_any(cls, completion: str | Mapping[str, Any] | Iterable[Mapping[str, Any]] | Completion) -> Completion:
-        """Accept plain text, one chat message, or a conversational completion (the last assistant message).
+        """Accept plain text, one chat message, or a conversational completion.
+
+        A conversational completion (a list of messages, as TRL passes it; with tools, also the tool results
+        between the model's turns) gives the text of its last assistant message and the tool calls of all its
+        assistant messages, in order: a call followed by a final answer still made that call.
 
         Example:
             >>> Completion.from_any([{"role": "assistant", "content": "#### 4"}]).text
@@ -73,7 +77,8 @@ class Completion:
         messages = [m for m in completion if m.get("role", "assistant") == "assistant"]
         if not messages:
             return cls(text="")
-        return cls.from_any(messages[-1])
+        calls = tuple(call for message in messages for call in message.get("tool_calls") or ())
+        return cls(text=messages[-1].get("content") or "", tool_calls=calls)
 
 
 def _default_seeds_dir() -> Path:

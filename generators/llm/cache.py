@@ -22,6 +22,11 @@ the raw text, reuses the digest of a message it has just seen (a shared system p
 the first two lines once for all the requests of a batch that share them: ~8 us per judge request instead of
 ~80. Format 1 entries simply miss.
 
+Each answer is stored with the request it answers, for audit (`LLMCache.request`). The parts requests repeat
+(each message, the response schema) are stored once, by SHA-256 of their canonical JSON, in a `parts` table,
+and the request row names them by digest: a judge's ~4.5 KB system prompt and ~0.5 KB schema are in every
+request, and storing them in every row made 100k judge entries take ~830 MB (now ~200 MB).
+
 Only successful answers are stored: errors are retried on the next run. Rows are inserted with
 `INSERT OR IGNORE` (first answer wins), one small transaction each, so a crash loses at most the answer in
 flight and two processes can share the file (WAL lets readers run beside the single writer; `busy_timeout`
@@ -31,6 +36,7 @@ makes writers wait their turn instead of failing).
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import threading
 import time
@@ -62,8 +68,14 @@ CREATE TABLE IF NOT EXISTS responses (
     raw TEXT,
     request TEXT NOT NULL,
     created_at REAL NOT NULL
-)
+);
+CREATE TABLE IF NOT EXISTS parts (
+    digest TEXT PRIMARY KEY,
+    json TEXT NOT NULL
+) WITHOUT ROWID;
 """
+# Where a request row names its messages and its schema by `parts` digest (rows written before hold them whole).
+_MESSAGES, _RESPONSE_FORMAT = "message_digests", "response_format_digest"
 
 
 def _head(config: EndpointConfig, request: ChatRequest) -> dict[str, Any]:
@@ -210,7 +222,7 @@ class LLMCache:
         # Reads through a memory map skip a copy per page: a 100k-key lookup takes ~40% less CPU. Address space
         # only (pages load on demand), and writes still go through the WAL.
         self._db.execute("PRAGMA mmap_size = 1073741824")  # 1 GiB
-        self._db.execute(_SCHEMA)
+        self._db.executescript(_SCHEMA)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, CachedResponse]:
         """The stored answers among `keys` (missing keys are absent from the result).
@@ -250,14 +262,28 @@ class LLMCache:
     def put_many(self, items: Iterable[tuple[str, CachedResponse, Mapping[str, Any]]]) -> None:
         """Store several answers in one transaction (all or none)."""
         now = time.time()
-        rows = [
-            (key, r.text, r.finish_reason, r.tokens_in, r.tokens_out, r.raw, canonical_encode(request), now)
-            for key, r, request in items
-        ]
+        rows, parts = [], {}
+
+        def part(value: Any) -> str:
+            text = canonical_encode(value)
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            parts[digest] = text
+            return digest
+
+        for key, r, request in items:
+            stored = dict(request)
+            if isinstance(stored.get("messages"), list):
+                stored[_MESSAGES] = [part(message) for message in stored.pop("messages")]
+            if stored.get("response_format") is not None:
+                stored[_RESPONSE_FORMAT] = part(stored.pop("response_format"))
+            rows.append(
+                (key, r.text, r.finish_reason, r.tokens_in, r.tokens_out, r.raw, canonical_encode(stored), now)
+            )
         with self._lock:
             # BEGIN IMMEDIATE takes the write lock up front, so a busy database makes us wait, not fail midway.
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self._db.executemany("INSERT OR IGNORE INTO parts (digest, json) VALUES (?, ?)", parts.items())
                 self._db.executemany(
                     "INSERT OR IGNORE INTO responses "
                     "(key, text, finish_reason, tokens_in, tokens_out, raw, request, created_at) "
@@ -268,6 +294,25 @@ class LLMCache:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def request(self, key: str) -> dict[str, Any] | None:
+        """The request stored with an answer (`request_payload`, messages included), or None for an unknown key."""
+        with self._lock:
+            row = self._db.execute("SELECT request FROM responses WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            request = json.loads(row[0])
+            digests = [
+                *request.get(_MESSAGES, []),
+                *([request[_RESPONSE_FORMAT]] if _RESPONSE_FORMAT in request else []),
+            ]
+            marks = ",".join("?" * len(digests))
+            found = dict(self._db.execute(f"SELECT digest, json FROM parts WHERE digest IN ({marks})", digests))
+        if _MESSAGES in request:
+            request["messages"] = [json.loads(found[digest]) for digest in request.pop(_MESSAGES)]
+        if _RESPONSE_FORMAT in request:
+            request["response_format"] = json.loads(found[request.pop(_RESPONSE_FORMAT)])
+        return request
 
     def __len__(self) -> int:
         with self._lock:

@@ -226,3 +226,15 @@ def test_verify_reads_tool_calls_from_a_conversation():
         "tool_calls": [openai_call("get_weather", {"city": "Paris", "days": 3})],
     }
     assert verify(task, [message]).passed
+
+
+def test_a_call_followed_by_a_final_answer_still_made_the_call():
+    # A multi-turn completion (TRL with tools): the call, the tool's result, then the model's closing text.
+    task = {"verifier": {"name": "tool_call", "params": PARAMS}}
+    weather = openai_call("get_weather", {"city": "Paris", "days": 3})
+    call = {"role": "assistant", "content": "", "tool_calls": [weather]}
+    result = {"role": "tool", "content": '{"forecast": "sun"}'}
+    closing = {"role": "assistant", "content": "Sunny in Paris for the next three days."}
+    assert verify(task, [call, result, closing]).passed
+    # Calls count over every turn: calling again in a later turn is a second call.
+    assert verify(task, [call, result, call]).reason == "multiple_tool_calls: expected exactly 1 call, got 2"
