@@ -8,6 +8,7 @@ from its last complete checkpoint.
 
 import hashlib
 import json
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -271,6 +272,7 @@ def grpo_checkpoint(
             "steps": int(reported["steps"]),
             "train_rows": int(reported["train_rows"]),
             "filtered_rows": int(reported["filtered_rows"]),
+            "train_tasks_rows": len(train_tasks),  # the split it was trained from (the corpus_growth sensor reads it)
             "final_reward_mean": reported["final_reward_mean"],
             "reward_means": dg.MetadataValue.json(reported["reward_means"]),
             "verifier_versions": dg.MetadataValue.json(reported["verifier_versions"]),
@@ -336,3 +338,44 @@ def _digest(model: str, task_ids: list[str], config: dict[str, Any]) -> str:
 
 def _failed(reasons: list[str]) -> str:
     return "; ".join(r for r in reasons if not r.endswith(": ok") and not r.startswith("note:")) or "failed"
+
+
+def build_corpus_growth(job: dg.JobDefinition, growth: float | None) -> dg.SensorDefinition:
+    """The `corpus_growth` sensor: runs `job` (training, then the gate) when `train_tasks` has grown by `growth`
+    (a fraction) since the split the last GRPO checkpoint was trained from, or when there is no checkpoint yet.
+
+    It starts switched on when `growth` is given (`SEEDWHEEL_RETRAIN_GROWTH`); otherwise it is off, training
+    runs on demand, and switching it on in the UI uses +20%. Each `train_tasks` materialization triggers at
+    most one run (the run key is its event id), so a tick that repeats, or a split that has not changed, never
+    trains twice.
+    """
+    threshold = 0.2 if growth is None else growth
+
+    @dg.sensor(
+        name="corpus_growth",
+        job=job,
+        minimum_interval_seconds=300,
+        default_status=dg.DefaultSensorStatus.STOPPED if growth is None else dg.DefaultSensorStatus.RUNNING,
+        description=f"Train and gate again when train_tasks has grown by {threshold:.0%} since the last checkpoint.",
+    )
+    def corpus_growth(context: dg.SensorEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        [split] = context.instance.fetch_materializations(dg.AssetKey("train_tasks"), limit=1).records or [None]
+        if split is None:
+            return dg.SkipReason("no train_tasks yet: the regeneration makes them")
+        rows = int(split.asset_materialization.metadata["rows"].value)
+        [last] = context.instance.fetch_materializations(dg.AssetKey("grpo_checkpoint"), limit=1).records or [None]
+        entry = None if last is None else last.asset_materialization.metadata.get("train_tasks_rows")
+        if entry is None:
+            why = f"no checkpoint records the split it came from: training on the {rows} tasks of train_tasks"
+        else:
+            before = int(entry.value)
+            if rows < (1 + threshold) * before:
+                return dg.SkipReason(
+                    f"train_tasks has {rows} rows, the last checkpoint was trained from {before}; "
+                    f"training again at {math.ceil((1 + threshold) * before)} (+{threshold:.0%})"
+                )
+            why = f"train_tasks grew from {before} to {rows} rows since the last checkpoint"
+        context.log.info(why)
+        return dg.RunRequest(run_key=f"train_tasks:{split.storage_id}", tags={"seedwheel/trigger": why})
+
+    return corpus_growth

@@ -37,6 +37,16 @@ regeneration_job = dg.define_asset_job(
     tags={EXCLUSIVE_TAG: "regeneration"},
 )
 
+# Training and the promotion gate over the stored splits: launched on demand (the UI, `seedwheel run`) or by the
+# `corpus_growth` sensor. One at a time: a second waits in the run queue (the gpu pool would serialize its steps,
+# but it would train on the same data again).
+training_job = dg.define_asset_job(
+    "training_job",
+    selection=dg.AssetSelection.groups(groups.TRAINING, groups.EVALUATION),
+    description="Reward audit, SFT, GRPO, evaluation and the promotion gate, on the stored splits.",
+    tags={EXCLUSIVE_TAG: "training"},
+)
+
 
 def build_definitions(settings: Settings) -> dg.Definitions:
     """Definitions wired to `settings` (storage root, seeds folder, profile, user verifiers)."""
@@ -46,9 +56,12 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     return dg.Definitions(
         assets=[*dg.load_assets_from_modules(modules), judging.build_judge_calibration(blocking=production)],
         asset_checks=dg.load_asset_checks_from_modules(modules),
-        jobs=[flywheel_job, regeneration_job],
+        jobs=[flywheel_job, regeneration_job, training_job],
         schedules=[_nightly_regeneration(settings)],
-        sensors=[failures.build_failure_inbox(running=settings.profile == "production")],
+        sensors=[
+            failures.build_failure_inbox(running=settings.profile == "production"),
+            training.build_corpus_growth(training_job, settings.retrain_growth),
+        ],
         resources={
             "io_manager": TableStorage(root=str(settings.home)),
             "seeds": SeedRepository(path=str(settings.seeds_dir)),

@@ -32,6 +32,8 @@ class Settings:
         base_model: the policy to train (a model dir or hub id); empty in the quickstart means the tiny model.
         nightly_cron: when the nightly regeneration runs (cron syntax), in `timezone` (an IANA name).
         failure_inbox: where production failure logs arrive (a folder or an fsspec URL); `<home>-inbox` by default.
+        retrain_growth: train (and gate) again when the training split has grown by this fraction since the last
+            GRPO checkpoint, e.g. 0.2 (the `corpus_growth` sensor); None trains on demand only.
     """
 
     profile: Profile
@@ -45,6 +47,7 @@ class Settings:
     nightly_cron: str = "0 2 * * *"
     timezone: str = "UTC"
     failure_inbox: str = ""
+    retrain_growth: float | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: str | Path | None) -> Settings:
@@ -70,6 +73,7 @@ class Settings:
         timezone = environ.get("SEEDWHEEL_TIMEZONE", "UTC")
         _check_schedule(nightly_cron, timezone)
         failure_inbox = environ.get("SEEDWHEEL_FAILURE_INBOX") or str(home.with_name(f"{home.name}-inbox"))
+        retrain_growth = _growth(environ.get("SEEDWHEEL_RETRAIN_GROWTH", ""))
         return cls(
             profile,  # type: ignore[arg-type]
             home,
@@ -82,6 +86,7 @@ class Settings:
             nightly_cron,
             timezone,
             failure_inbox,
+            retrain_growth,
         )
 
     def environ(self) -> dict[str, str]:
@@ -98,6 +103,7 @@ class Settings:
             "SEEDWHEEL_NIGHTLY_CRON": self.nightly_cron,
             "SEEDWHEEL_TIMEZONE": self.timezone,
             "SEEDWHEEL_FAILURE_INBOX": self.failure_inbox,
+            "SEEDWHEEL_RETRAIN_GROWTH": "" if self.retrain_growth is None else str(self.retrain_growth),
         }
 
     def register_verifier_plugins(self) -> None:
@@ -118,3 +124,19 @@ def _check_schedule(cron: str, timezone: str) -> None:
         ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError(f"SEEDWHEEL_TIMEZONE={timezone!r} is not an IANA time zone, e.g. 'Europe/Berlin'") from None
+
+
+def _growth(value: str) -> float | None:
+    """`SEEDWHEEL_RETRAIN_GROWTH` as a fraction > 0, or None when unset."""
+    if not value.strip():
+        return None
+    try:
+        growth = float(value)
+    except ValueError:
+        growth = float("nan")
+    if not growth > 0:  # also NaN
+        raise ValueError(
+            f"SEEDWHEEL_RETRAIN_GROWTH={value!r} must be a fraction above 0, e.g. 0.2 to train again when the "
+            "training split has grown by 20% since the last checkpoint (unset: train on demand)"
+        )
+    return growth

@@ -25,7 +25,7 @@ CHECKS = {
     ("train_tasks", "no_eval_contamination"),
     ("reward_audit", "reward_sound"),
 }
-JOBS = {"flywheel_job", "regeneration_job"}
+JOBS = {"flywheel_job", "regeneration_job", "training_job"}
 
 
 def test_every_asset_check_and_job_is_present(settings):
@@ -111,3 +111,42 @@ def test_the_instance_queues_exclusive_runs_and_limits_the_gpu_pool(settings):
         assert config.pool_config.default_pool_limit == 1
         [limit] = config.run_queue_config.tag_concurrency_limits
         assert limit["key"] == EXCLUSIVE_TAG and limit["limit"] == 1
+
+
+def _tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance) -> dg.RunRequest | dg.SkipReason:
+    with dg.build_sensor_context(instance=instance) as context:
+        result = sensor.evaluate_tick(context)
+    return result.run_requests[0] if result.run_requests else dg.SkipReason(result.skip_message)
+
+
+def _materialized(instance: dg.DagsterInstance, asset: str, **metadata: int) -> None:
+    instance.report_runless_asset_event(dg.AssetMaterialization(asset, metadata=metadata))
+
+
+def test_training_follows_corpus_growth_when_a_policy_is_set(settings):
+    definitions = build_definitions(replace(settings, retrain_growth=0.25))
+    sensor = definitions.resolve_sensor_def("corpus_growth")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    job = definitions.resolve_job_def(sensor.job_name)
+    assert job.tags[EXCLUSIVE_TAG] == "training"  # a second training waits in the queue
+    keys = {key.to_user_string() for key in job.asset_layer.selected_asset_keys}
+    assert {"reward_audit", "grpo_checkpoint", "checkpoint_eval", "promotion"} <= keys
+    assert not keys & {"seed_tasks", "judged_tasks", "train_tasks"}  # trains on the stored split, regenerates nothing
+    with open_instance(settings) as instance:
+        assert "no train_tasks yet" in _tick(sensor, instance).skip_message
+        _materialized(instance, "train_tasks", rows=100)
+        first = _tick(sensor, instance)  # no checkpoint yet: the first training
+        assert isinstance(first, dg.RunRequest) and "no checkpoint" in first.tags["seedwheel/trigger"]
+        assert _tick(sensor, instance).run_key == first.run_key  # the same split never trains twice
+        _materialized(instance, "grpo_checkpoint", train_tasks_rows=100)
+        _materialized(instance, "train_tasks", rows=124)  # +24%: not yet
+        assert "training again at 125 (+25%)" in _tick(sensor, instance).skip_message
+        _materialized(instance, "train_tasks", rows=125)
+        grown = _tick(sensor, instance)
+        assert grown.run_key != first.run_key
+        assert grown.tags["seedwheel/trigger"] == "train_tasks grew from 100 to 125 rows since the last checkpoint"
+
+
+def test_training_is_on_demand_unless_a_policy_is_set(settings):
+    sensor = build_definitions(settings).resolve_sensor_def("corpus_growth")
+    assert settings.retrain_growth is None and sensor.default_status == dg.DefaultSensorStatus.STOPPED

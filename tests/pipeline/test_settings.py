@@ -37,6 +37,17 @@ def test_unknown_profile_names_the_choices():
         Settings.from_env({"SEEDWHEEL_PROFILE": "prod"})
 
 
-def test_environ_round_trips():
-    settings = Settings.from_env({}, home="/x", profile="production")
+@pytest.mark.parametrize("retrain_growth", [None, 0.2])
+def test_environ_round_trips(retrain_growth):
+    environ = {} if retrain_growth is None else {"SEEDWHEEL_RETRAIN_GROWTH": str(retrain_growth)}
+    settings = Settings.from_env(environ, home="/x", profile="production")
+    assert settings.retrain_growth == retrain_growth
     assert Settings.from_env(settings.environ()) == settings
+
+
+@pytest.mark.parametrize("value", ["0", "-0.1", "20%", "nan"])
+def test_a_retrain_growth_that_is_no_fraction_above_zero_is_refused(value):
+    with pytest.raises(
+        ValueError, match=rf"SEEDWHEEL_RETRAIN_GROWTH='{value}' must be a fraction above 0, e\.g\. 0\.2"
+    ):
+        Settings.from_env({"SEEDWHEEL_RETRAIN_GROWTH": value})
