@@ -6,15 +6,20 @@ then checks that the caches make a second run free of LLM calls.
 """
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
+from pipeline.definitions import build_definitions
+from pipeline.instance import open_instance
 from pipeline.runs import RunSummary, materialize
 from pipeline.settings import Settings
 from tests.paths import REPO, SEEDS
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
+from validators.splits import task_roots
 from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
 
@@ -147,8 +152,8 @@ def test_splits_keep_lineages_whole_and_export_for_trl(quickstart):
     evaluation = read_table(settings.home / "eval_tasks.parquet")
     # The quickstart shows the judge's labels but does not filter on them (its model's labels are noise).
     assert len(train) + len(evaluation) == int((~deduplicated["is_duplicate"].astype(bool)).sum())
-    train_roots = {lineage["seed_id"] for lineage in train["lineage"]}
-    eval_roots = {lineage["seed_id"] for lineage in evaluation["lineage"]}
+    # A root is a seed, or a production failure no seed explains: each lives on one side only.
+    train_roots, eval_roots = set(task_roots(train)), set(task_roots(evaluation))
     assert train_roots and eval_roots and not train_roots & eval_roots
     assert set(evaluation["family"]) == FAMILIES  # stratified: every family is evaluated
     exported = read_table(settings.home / "export" / "train.parquet")
@@ -209,3 +214,14 @@ def test_production_failures_become_tasks_variants_and_a_separate_eval_line(quic
     assert set(evaluated.loc[evaluated["failure_eval"].astype(bool), "task_id"]) == set(held_out)
     line = asset(summary, "promotion").metadata["failure_eval"]
     assert line.startswith("failure_eval: the candidate solves ") and f" of {len(held_out)} held-out" in line
+
+
+def test_a_growth_policy_sees_no_growth_right_after_training(quickstart):
+    # The real checkpoint records the split it was trained from, which is the split now: nothing to retrain.
+    settings, _ = quickstart
+    sensor = build_definitions(replace(settings, retrain_growth=0.2)).resolve_sensor_def("corpus_growth")
+    with open_instance(settings) as instance, dg.build_sensor_context(instance=instance) as context:
+        result = sensor.evaluate_tick(context)
+    rows = len(read_table(settings.home / "train_tasks.parquet"))
+    assert not result.run_requests
+    assert f"train_tasks has {rows} rows, the last checkpoint was trained from {rows};" in result.skip_message
