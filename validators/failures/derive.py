@@ -12,6 +12,7 @@ Its verifier comes from `expected`, the first of these that is present:
 | `output_schema` (`output`) | `json_schema` | `schema`; an object `output` as `expected` | `output`, else none |
 | `output` (an object) | `json_schema` | `{"type": "object"}`, `output` as `expected` | `output` as JSON |
 | `answer` (a number) | `numeric_answer` | `answer` | `#### <answer>` |
+| `answer` (a text of at most 12 words) | `text_answer` | `answers: [answer]` | `Answer: <answer>` |
 
 (*) a bare tool of the expected name when no tools were logged. References are fenced (```sql, ```python,
 ```json) like the seeds'.
@@ -30,9 +31,9 @@ problems as the reason.
 `database` / `rows` -> sql, `tests` -> python_function, `output_schema` / object `output` -> json_extraction,
 a numeric `answer` -> arithmetic), else `tool_call` when tools were offered or called, else `unknown`.
 
-**Review.** No `expected` (or nothing in it a registered verifier can judge: a free-text answer, rows without
-a query) sends the record to review: its redacted conversation, output, error and correction, and a YAML seed
-stub (the seeds/ record format) with TODOs where the gold data goes.
+**Review.** No `expected` (or nothing in it a registered verifier can judge: prose, rows without a query)
+sends the record to review: its redacted conversation, output, error and correction, and a YAML seed stub (the
+seeds/ record format) with TODOs where the gold data goes.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from validators.tasks import compute_task_id, task_problems
 from validators.verifiers.numeric import NumberFormatError, parse_number
 
 UNKNOWN_FAMILY = "unknown"
+# A text answer this short is a label or a phrase (`text_answer` compares it exactly); a longer one is prose.
+MAX_TEXT_ANSWER_WORDS = 12
 # The shipped family for each verifier a failure can be turned into (seeds/README.md).
 FAMILY_VERIFIERS = {
     "arithmetic": "numeric_answer",
@@ -219,13 +222,16 @@ def _spec(record: Mapping[str, Any]) -> _Spec:
         return _json_spec(expected)
     if "answer" in expected:
         answer = expected["answer"]
-        if not _is_number(answer):
-            raise _NoVerifier(
-                "unsupported_expected",
-                f"expected.answer {str(answer)[:60]!r} is not a number, and no registered verifier compares free "
-                "text; give the answer as a number or the output as a JSON object (expected.output_schema)",
-            )
-        return _Spec("numeric_answer", {"answer": answer}, f"#### {answer}")
+        if _is_number(answer):
+            return _Spec("numeric_answer", {"answer": answer}, f"#### {answer}")
+        if isinstance(answer, str) and 0 < len(answer.split()) <= MAX_TEXT_ANSWER_WORDS:
+            return _Spec("text_answer", {"answers": [answer]}, f"Answer: {answer}")
+        raise _NoVerifier(
+            "unsupported_expected",
+            f"expected.answer {str(answer)[:60]!r} is neither a number nor a short text (at most "
+            f"{MAX_TEXT_ANSWER_WORDS} words), and free prose needs a judge, not a verifier; give the answer as a "
+            "number, a short label or phrase, or the output as a JSON object (expected.output_schema)",
+        )
     raise _NoVerifier("no_expected", "no expected outcome to derive a verifier from")
 
 

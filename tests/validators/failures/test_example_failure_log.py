@@ -71,8 +71,8 @@ def test_example_counts():
     assert batch.summary() == {
         "records": 10,
         "rejects": 1,
-        "tasks": 7,
-        "review": 3,
+        "tasks": 8,
+        "review": 2,
         "redacted": {"EMAIL": 2, "PHONE": 2, "CREDIT_CARD": 1, "IP": 2, "API_KEY": 9, "SECRET": 6},
     }
     formats = collections.Counter(record["format"] for record in batch.records)
@@ -80,10 +80,12 @@ def test_example_counts():
     assert formats == {"failure_log": 7, "chat_completion": 2, "chat_messages": 1}
     assert [(r.line, r.reason_code) for r in batch.rejects] == [(9, "invalid_json")]
     verifiers = collections.Counter(task["verifier"]["name"] for task in batch.tasks)
-    assert verifiers == {"numeric_answer": 2, "tool_call": 2, "json_schema": 1, "sql_result": 1, "python_tests": 1}
+    assert verifiers == {
+        **{"numeric_answer": 2, "tool_call": 2, "json_schema": 1, "sql_result": 1, "python_tests": 1},
+        "text_answer": 1,
+    }
     assert [(item["origin"], item["reason_code"]) for item in batch.review] == [
         ("failure_log.jsonl:4", "no_expected"),
-        ("failure_log.jsonl:7", "unsupported_expected"),
         ("failure_log.jsonl:11", "no_expected"),
     ]
     assert batch.redaction.rules == {

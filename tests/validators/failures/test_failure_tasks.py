@@ -77,6 +77,21 @@ def test_numeric_answer():
     assert task["difficulty"] is None
 
 
+def test_a_short_text_answer_becomes_a_text_answer_task():
+    derived = derive(
+        messages=[{"role": "user", "content": "CI fails on main and the Slack bot is silent. Which team owns this?"}],
+        output="The payments team.",
+        expected={"answer": "platform"},
+        family="triage",
+    )
+    task = derived.task
+    assert_valid_task(task)  # the reference passes, the known-wrong answer fails
+    assert task["family"] == "triage"
+    assert task["verifier"] == {"name": "text_answer", "version": 1, "params": {"answers": ["platform"]}}
+    assert task["reference"] == "Answer: platform"
+    assert not verify(task, "The payments team.").passed  # what the agent said in production still fails
+
+
 def test_tool_call_puts_api_tools_into_the_system_message():
     derived = derive(
         messages=[{"role": "system", "content": "You help with orders."}, USER],
@@ -177,8 +192,12 @@ def test_json_schema(expected, params, has_reference):
         ({}, "no_expected", "unknown"),
         # tools offered, but no expected call
         ({"tools": [REFUND]}, "no_expected", "tool_call"),
-        # a free-text answer: no registered verifier compares text
-        ({"expected": {"answer": "the platform team"}, "family": "triage"}, "unsupported_expected", "triage"),
+        # prose: a judge's job, not a verifier's
+        (
+            {"expected": {"answer": "Refund the order, apologise, and offer a voucher for the next purchase today"}},
+            "unsupported_expected",
+            "unknown",
+        ),
         # rows without the query that produced them
         ({"expected": {"rows": [[3]]}}, "unsupported_expected", "sql"),
         # a query without its database

@@ -1,0 +1,118 @@
+"""`text_answer`: the final answer, a short text (a label, a team, a command), equals an accepted answer.
+
+For tasks whose answer is a word or a phrase: alert triage ("which team owns this page?"), routing, short
+factual answers, production failures whose correction is a text. Not for free prose, which needs a judge.
+
+Where the final answer is found, in order: the last `\\boxed{...}`; else the last "answer is X" / "Answer: X" /
+"**Final answer:** X" marker, up to the end of its line; else the last non-empty line. The last statement wins,
+as in `numeric_answer`: models restate and correct themselves.
+
+Answers compare after normalisation, SQuAD's: case folded, punctuation and the articles a/an/the removed,
+whitespace collapsed (so "The platform team." equals "platform team"). Equality, never containment: "platform
+team or security team" is not "platform team", so listing candidates cannot hedge. With `choices` (the closed
+label set), a final answer that names none of them is `not_a_choice`, told apart from a wrong choice.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+_MARKER = re.compile(r"\banswer\b(?:\s*\*\*)?\s*(?:is\b[ \t]*:?|:|=)(?:\s*\*\*)?[ \t]*([^\n]*)", re.IGNORECASE)
+_ARTICLES = re.compile(r"\b(?:a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's answer normalisation: lower case, no punctuation, no articles, single spaces.
+
+    Example:
+        >>> normalize_answer("  The **Platform** team. ")
+        'platform team'
+    """
+    return " ".join(_ARTICLES.sub(" ", text.casefold().translate(_PUNCTUATION)).split())
+
+
+def final_answer(text: str) -> str | None:
+    """The completion's final answer as written (see the module docstring), or None when the text is blank.
+
+    Example:
+        >>> final_answer("The alert is about disk space on db-3.\\nAnswer: storage team")
+        'storage team'
+    """
+    boxed = _BOXED.findall(text)
+    if boxed:
+        return boxed[-1].strip()
+    markers = [m.group(1).strip() for m in _MARKER.finditer(text)]
+    markers = [m for m in markers if normalize_answer(m)]
+    if markers:
+        return markers[-1]
+    lines = [line.strip() for line in text.splitlines() if normalize_answer(line)]
+    return lines[-1] if lines else None
+
+
+@register
+class TextAnswer(Verifier):
+    """The final answer equals one of `answers` after normalisation; with `choices`, it must name one of them.
+
+    Example:
+        >>> params = {"answers": ["platform team"], "choices": ["platform team", "storage team"]}
+        >>> TextAnswer().check(params, Completion("Answer: Storage team"), VerifyContext()).reason
+        "answer_mismatch: expected 'platform team', got 'Storage team'"
+    """
+
+    name = "text_answer"
+    version = 1
+    params_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "required": ["answers"],
+        "additionalProperties": False,
+        "properties": {
+            "answers": {
+                "description": "Accepted answers (spellings of the one right answer), compared after normalisation.",
+                "type": "array",
+                "items": {"type": "string", "minLength": 1, "maxLength": 200},
+                "minItems": 1,
+            },
+            "choices": {
+                "description": "The closed set of labels a completion chooses from (the accepted answers among them).",
+                "type": "array",
+                "items": {"type": "string", "minLength": 1, "maxLength": 200},
+                "minItems": 2,
+            },
+        },
+    }
+
+    def params_problems(self, params: Mapping[str, Any], context: VerifyContext) -> list[str]:
+        problems = super().params_problems(params, context)
+        if problems:
+            return problems
+        for i, answer in enumerate(params["answers"]):
+            if not normalize_answer(answer):
+                problems.append(f"answer {answer!r} is empty once normalised (/verifier/params/answers/{i})")
+        choices = {normalize_answer(choice) for choice in params.get("choices", [])}
+        if choices and not {normalize_answer(a) for a in params["answers"]} <= choices:
+            problems.append("every accepted answer must be one of the choices (/verifier/params/choices)")
+        return problems
+
+    def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
+        found = final_answer(completion.text)
+        if found is None:
+            return Verdict.fail("no_answer")
+        answer = normalize_answer(found)
+        if answer in {normalize_answer(a) for a in params["answers"]}:
+            return Verdict.ok()
+        shown = found if len(found) <= 80 else found[:77] + "..."
+        if "choices" in params and answer not in {normalize_answer(c) for c in params["choices"]}:
+            return Verdict.fail("not_a_choice", repr(shown))
+        return Verdict.fail("answer_mismatch", f"expected {params['answers'][0]!r}, got {shown!r}")
+
+    def wrong_answer(self, params: Mapping[str, Any]) -> str | None:
+        accepted = {normalize_answer(a) for a in params["answers"]}
+        others = [c for c in params.get("choices", []) if normalize_answer(c) not in accepted]
+        return f"Answer: {others[0]}" if others else f"Answer: not {params['answers'][0]}"
