@@ -52,7 +52,7 @@ _HASH_MARKER = re.compile(r"####")
 _PHRASE_MARKER = re.compile(r"\banswer\b(?:\s*\*\*)?\s*(?:is\b|:|=)", re.IGNORECASE)
 # The box's content may hold one level of braces (`\text{...}`); the regex is linear per match attempt, so
 # `\boxed{\boxed{...` spam cannot make extraction quadratic.
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
 # A markdown heading like "#### 2. Compute the total" numbers a step; it is not an answer.
 _STEP_NUMBER = re.compile(r"[.)]\s+[A-Za-z]")
 
@@ -142,7 +142,7 @@ def _final_number(text: str) -> _Number | None:
     for m in _PHRASE_MARKER.finditer(text):
         if (n := _number_right_after(text, m.end())) is not None:
             marked.append((m.start(), n))
-    for m in _BOXED.finditer(text):
+    for m in BOXED.finditer(text):
         if (n := _boxed_number(m.group(1))) is not None:
             marked.append((m.start(), n))
     if marked:

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
+from validators.verifiers.numeric import BOXED
 
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
 _MARKER = re.compile(r"\banswer\b(?:\s*\*\*)?\s*(?:is\b[ \t]*:?|:|=)(?:\s*\*\*)?[ \t]*([^\n]*)", re.IGNORECASE)
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -45,7 +45,7 @@ def final_answer(text: str) -> str | None:
         >>> final_answer("The alert is about disk space on db-3.\\nAnswer: storage team")
         'storage team'
     """
-    boxed = _BOXED.findall(text)
+    boxed = BOXED.findall(text)
     if boxed:
         return boxed[-1].strip()
     markers = [m.group(1).strip() for m in _MARKER.finditer(text)]
