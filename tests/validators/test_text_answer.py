@@ -30,6 +30,7 @@ def judge(text, params=PARAMS):
         # No marker: the last non-empty line.
         "CI tokens belong to infrastructure.\n\nplatform team\n",
         r"So the owner is \boxed{platform team}",
+        r"So the owner is $\boxed{\text{Platform}}$",
     ],
 )
 def test_accepts(text):

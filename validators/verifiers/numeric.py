@@ -57,7 +57,7 @@ BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
 _STEP_NUMBER = re.compile(r"[.)]\s+[A-Za-z]")
 
 _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*(-?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}")
-_LATEX_TEXT = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\s*\{([^{}]*)\}")
+LATEX_TEXT = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\s*\{([^{}]*)\}")
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\[,!]\s?)(?=\d{3})")
 
 
@@ -76,7 +76,7 @@ class _Number:
 def _normalize_latex(text: str) -> str:
     """Rewrite the LaTeX that models use around numbers into plain text, keeping everything else."""
     text = _LATEX_FRAC.sub(r"\1/\2", text)
-    text = _LATEX_TEXT.sub(r"\1", text)
+    text = LATEX_TEXT.sub(r"\1", text)
     text = _LATEX_THOUSANDS.sub(",", text)
     return text.replace("\\%", "%").replace("\\$", "$").replace("\\!", "")
 

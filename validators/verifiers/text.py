@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
-from validators.verifiers.numeric import BOXED
+from validators.verifiers.numeric import BOXED, LATEX_TEXT
 
 _MARKER = re.compile(r"\banswer\b(?:\s*\*\*)?\s*(?:is\b[ \t]*:?|:|=)(?:\s*\*\*)?[ \t]*([^\n]*)", re.IGNORECASE)
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
@@ -47,7 +47,7 @@ def final_answer(text: str) -> str | None:
     """
     boxed = BOXED.findall(text)
     if boxed:
-        return boxed[-1].strip()
+        return LATEX_TEXT.sub(r"\1", boxed[-1]).strip()  # \boxed{\text{platform}} answers "platform"
     markers = [m.group(1).strip() for m in _MARKER.finditer(text)]
     markers = [m for m in markers if normalize_answer(m)]
     if markers:
