@@ -308,7 +308,7 @@ def plan_splits(
     for root, task in zip(roots, records, strict=True):
         members.setdefault(root, []).append(task)
     # Seeds name a group first, so a root is a production failure exactly when none of its tasks has a seed_id.
-    failures = {root for root, group in members.items() if not any(t["lineage"].get("seed_id") for t in group)}
+    failures = {root for root, group in members.items() if not any("seed_id" in lineage_ids(t) for t in group)}
     strata: dict[tuple[Any, ...], list[str]] = {}
     for root, group in members.items():
         stratum = (FAILURE,) if root in failures else (SEED, *_stratum_of(root, group, config.stratify_by))
