@@ -1,6 +1,6 @@
 """Judge throughput and cache-lookup overhead: `nice .venv/bin/python bench/bench_judge.py`.
 
-Throughput: the loopback fake OpenAI server (`generators.fake_server.fake_server_process`, a child process so it
+Throughput: the loopback fake OpenAI server (`tests.fake_server.fake_server_process`, a child process so it
 does not share the judge's GIL) answers every request with a valid
 judgment after a fixed latency standing in for model time. `judge_tasks` judges fresh tasks at concurrency 1
 (the baseline), 16 and 64; the figure that travels between machines is the speed-up over the baseline measured
@@ -19,7 +19,7 @@ cache replay of the same (prebuilt) requests - their keys, the SQLite lookups, t
 work on top - building 100k prompts, parsing every answer, applying the acceptance rule - in CPU seconds, which
 other jobs on shared cores disturb far less than wall time. The keys are also timed alone, beside an in-run
 baseline: cache-key format 1 (SHA-256 of the canonical JSON of the whole ~6 KB request, which JSON-escaped the
-same 4.5 KB system prompt 100k times) against format 2 (`generators.llm.cache_keys`: raw text hashed, the shared
+same 4.5 KB system prompt 100k times) against format 2 (`llm.cache_keys`: raw text hashed, the shared
 system prompt and head hashed once). Targets, per 100k: the whole rerun (`rerun_cpu_s`) in a few seconds of CPU,
 and the judge's own share of it.
 
@@ -42,9 +42,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from generators.fake_server import fake_server_process  # noqa: E402
-from generators.llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
-from generators.llm.cache import cache_keys, payload_key, request_payload  # noqa: E402
+from tests.fake_server import fake_server_process  # noqa: E402
+from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
+from llm.cache import cache_keys, payload_key, request_payload  # noqa: E402
 from validators.judge import DEFAULT_RUBRIC, JudgePrompt, judge_tasks  # noqa: E402
 from validators.tasks import canonical_json  # noqa: E402
 

@@ -1,6 +1,6 @@
 """LLM client throughput and cache lookup speed: `.venv/bin/python bench/bench_llm_client.py`.
 
-Throughput: the loopback fake OpenAI server (`generators.fake_server`, in its own process so it does not share
+Throughput: the loopback fake OpenAI server (`tests.fake_server`, in its own process so it does not share
 the client's GIL) answers every request after a fixed latency standing in for model time. The same kind of batch
 is sent at concurrency 1 (the baseline), 8, 32 and 64; the figure that travels between machines is the speed-up
 over the baseline measured in the same run. Passing needs >= 20x at 32 and >= 40x at 64.
@@ -31,9 +31,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from generators.fake_server import fake_server_process  # noqa: E402
-from generators.llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
-from generators.llm.cache import payload_key, request_payload  # noqa: E402
+from tests.fake_server import fake_server_process  # noqa: E402
+from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
+from llm.cache import payload_key, request_payload  # noqa: E402
 
 TARGETS = {32: 20.0, 64: 40.0}
 

@@ -51,7 +51,8 @@ from fractions import Fraction
 from typing import Any, ClassVar
 
 from generators.base import GenerationResult, Generator, derive_task, last_user_index
-from generators.llm import ChatRequest, ChatResult, LLMClient, parse_json_response
+from llm import ChatRequest, ChatResult, LLMClient
+from validators.json_answer import parse_json_response
 from validators.verifiers.numeric import NumberFormatError, parse_number
 
 Progress = Callable[[int, int], None]

@@ -181,9 +181,9 @@ def judge(
     Prints verdicts, the accept rate, score counts per criterion, the worst-scored tasks with the judge's
     rationale, and the calls made versus answered from the cache.
     """
-    from generators.llm import CallBudgetExceeded, EndpointRejected, EndpointUnavailable, MissingAPIKey
+    from llm import CallBudgetExceeded, EndpointRejected, EndpointUnavailable, MissingAPIKey
     from pipeline.definitions import build_definitions  # Dagster loads slowly; keep `seedwheel --help` fast
-    from training.serving import MissingServingDependencyError, ModelServerError
+    from llm.serving import MissingServingDependencyError, ModelServerError
     from training.tiny_model import TinyModelError
     from validators.audit import AuditInputError, load_tasks
     from validators.judge import DEFAULT_RUBRIC, LABEL_PARAMS, JudgeInputError, format_summary, judge_tasks

@@ -12,11 +12,11 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 from upath import UPath
 
-from generators.llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
+from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
 from generators.rewrite import REWRITE_KINDS
 from training.promotion import PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
-from training.serving import ModelServer
+from llm.serving import ModelServer
 from training.tiny_model import build_quickstart_model, quickstart_model_dir, seed_texts
 from validators.dedup import MinHashConfig
 from validators.judge import AcceptanceRule, CalibrationFloors, TokenPrices
@@ -100,7 +100,7 @@ class LLMEndpoint(dg.ConfigurableResource):
         return self._endpoint.client()
 
     def endpoint(self) -> Endpoint:
-        """This endpoint as a plain `generators.llm.Endpoint` (no Dagster), e.g. for `seedwheel judge`."""
+        """This endpoint as a plain `llm.Endpoint` (no Dagster), e.g. for `seedwheel judge`."""
         model = self.model
         if not model and not self.base_url:  # the quickstart's tiny model, named before it is built
             model = str(quickstart_model_dir(self._models_dir(), seed_texts(self.seeds_path)))

@@ -4,7 +4,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from generators.llm.cache import DB_NAME
+from llm.cache import DB_NAME
 from validators.dedup import DedupIndex, MinHashConfig
 from validators.tables import read_table
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from generators.llm.cache import DB_NAME
+from llm.cache import DB_NAME
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.outputs import assert_whole_files
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 CHILD = """
 import json, sys
 from pathlib import Path
-from generators.llm.cache import DB_NAME
+from llm.cache import DB_NAME
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 home, dagster_home, select, resources = sys.argv[1:5]

@@ -92,6 +92,19 @@ class VerifyContext:
     seeds_dir: Path = field(default_factory=_default_seeds_dir)
 
 
+@dataclass(frozen=True)
+class HackProbe:
+    """A completion that tries to be paid without solving the task; a sound verifier fails it.
+
+    Attributes:
+        name: what the attack is, stable across tasks (`hedge_two_numbers`, `always_equal`, `literal_sql`).
+        completion: the text (or chat messages) sent to the verifier.
+    """
+
+    name: str
+    completion: str | list[dict[str, Any]]
+
+
 class Verifier(ABC):
     """A registered judge of one completion for one task.
 
@@ -116,6 +129,22 @@ class Verifier(ABC):
     def wrong_answer(self, params: Mapping[str, Any]) -> str | None:
         """A completion known to be wrong for these params (validation checks it fails), or None."""
         return None
+
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+        """Completions built from this task's own gold that try to be paid without solving the task.
+
+        Every one must fail: the reward audit runs them on the training tasks and any probe that passes fails
+        `reward_sound`, naming the probe and the task. Override to add the known attacks on a verifier (hedged
+        answers, always-equal objects, literal SQL, every tool called, ...).
+
+        Args:
+            params: the task's verifier params (its gold).
+            reference: the task's known-good completion, or None.
+
+        Returns:
+            The probes, each with a stable name (e.g. `hedge_two_numbers`) and a completion.
+        """
+        return []
 
 
 class UnknownVerifierError(KeyError):

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from generators.fake_server import FakeOpenAIServer
+from tests.fake_server import FakeOpenAIServer
 from pipeline.runs import materialize
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from generators.fake_server import FakeOpenAIServer, Reply
-from generators.llm import ChatResult, EndpointConfig, LLMCache, LLMClient
+from tests.fake_server import FakeOpenAIServer, Reply
+from llm import ChatResult, EndpointConfig, LLMCache, LLMClient
 from generators.rewrite import (
     REWRITE_KINDS,
     REWRITE_SCHEMA,

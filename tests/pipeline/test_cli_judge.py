@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from generators.fake_server import FakeOpenAIServer, Reply
+from tests.fake_server import FakeOpenAIServer, Reply
 from pipeline.cli import main
 from validators.tables import read_table
 

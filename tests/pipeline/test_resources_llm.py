@@ -1,8 +1,8 @@
-"""The LLMEndpoint resource is a thin wrapper: its config becomes a plain `generators.llm.Endpoint`."""
+"""The LLMEndpoint resource is a thin wrapper: its config becomes a plain `llm.Endpoint`."""
 
 import pytest
 
-from generators.llm import LOCAL_PLACEHOLDER_URL
+from llm import LOCAL_PLACEHOLDER_URL
 from pipeline.resources import LLMEndpoint
 from tests.paths import SEEDS
 

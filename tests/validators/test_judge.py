@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from generators.fake_server import FakeOpenAIServer, Reply
-from generators.llm import EndpointConfig, LLMCache, LLMClient
+from tests.fake_server import FakeOpenAIServer, Reply
+from llm import EndpointConfig, LLMCache, LLMClient
 from generators.rewrite import data_tag
 from tests.paths import SEEDS
 from validators.judge import (

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from generators.llm import EndpointConfig
+from llm import EndpointConfig
 from validators.judge.prompt import JudgePrompt
 from validators.tables import atomic_write
 

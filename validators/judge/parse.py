@@ -1,6 +1,6 @@
 """Defensive parsing of a judge answer into scores, or an error code with the exact problem.
 
-Finding the JSON follows `generators.llm.parse_json_response` (the last fenced json block, else the whole text,
+Finding the JSON follows `validators.json_answer_json_response` (the last fenced json block, else the whole text,
 else the first balanced object in prose), so a fenced answer or one wrapped in prose parses. Then:
 
 | the answer                                  | outcome                                                   |
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from generators.llm import parse_json_response
+from validators.json_answer import parse_json_response
 from validators.judge.rubric import RATIONALE, SCORE_MAX, SCORE_MIN, SCORES, Rubric
 
 # Error codes of an answer that does not give a usable verdict, in the order they are checked.

@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from generators.llm import ChatRequest
+from llm import ChatRequest
 from generators.rewrite import data_tag
 from validators.judge.rubric import RATIONALE, SCORE_MAX, SCORE_MIN, Rubric, response_schema
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from generators.llm import ChatRequest, ChatResult, LLMClient
+from llm import ChatRequest, ChatResult, LLMClient
 from validators.judge.history import JudgeSetup
 from validators.judge.parse import ParsedAnswer, parse_judgment
 from validators.judge.prompt import JudgePrompt

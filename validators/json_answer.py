@@ -1,4 +1,5 @@
-"""Defensive parsing of JSON answers: find the JSON (via `validators.extract`), check it against a schema."""
+"""Defensive parsing of a model's JSON answer (a rewrite, a judgment): find the JSON the way the verifiers do
+(`validators.extract`), then check it against a schema."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from generators.llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, cache_key, request_payload
-from generators.llm.cache import DB_NAME, cache_keys, payload_key
+from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, cache_key, request_payload
+from llm.cache import DB_NAME, cache_keys, payload_key
 from tests.paths import REPO
 
 BASE = {"base_url": "http://127.0.0.1:8000/v1", "model": "tiny"}
@@ -186,7 +186,7 @@ def test_batch_lookups_span_many_chunks(tmp_path):
 
 WRITER = """
 import sys
-from generators.llm.cache import CachedResponse, LLMCache
+from llm.cache import CachedResponse, LLMCache
 cache = LLMCache(sys.argv[1])
 start = int(sys.argv[2])
 for i in range(start, start + 300):

@@ -48,7 +48,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from training import tether
+from llm import tether
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ It records what it saw (`requests`, `max_in_flight`, `status_counts`) so tests c
 
 From a shell (the port is printed on stdout, then it serves until interrupted):
 
-    python -m generators.fake_server --port 8011 --latency-ms 50
+    python -m tests.fake_server --port 8011 --latency-ms 50
 """
 
 from __future__ import annotations
@@ -306,7 +306,7 @@ def fake_server_process(latency_ms: float = 0.0, reply: str | None = None) -> It
         >>> with fake_server_process(latency_ms=10) as base_url:  # doctest: +SKIP
         ...     client = LLMClient(EndpointConfig(base_url=base_url, model="fake"))
     """
-    command = [sys.executable, "-m", "generators.fake_server", "--latency-ms", str(latency_ms)]
+    command = [sys.executable, "-m", "tests.fake_server", "--latency-ms", str(latency_ms)]
     if reply is not None:
         command += ["--reply", reply]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)

@@ -1,7 +1,7 @@
 """An OpenAI-compatible LLM client for generation and judging: cached on disk, bounded, retried.
 
 ```python
-from generators.llm import ChatRequest, EndpointConfig, LLMCache, LLMClient, parse_json_response
+from llm import ChatRequest, EndpointConfig, LLMCache, LLMClient
 
 config = EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen2.5-0.5B-Instruct", max_concurrency=16)
 client = LLMClient(config, LLMCache(".seedwheel/llm_cache"))
@@ -15,20 +15,19 @@ client.stats.as_dict()  # hits, misses, calls, attempts, retries, tokens_in, tok
 `Endpoint` hands out clients for a URL, or for a local server it starts only when a request misses the cache:
 
 ```python
-from generators.llm import Endpoint, EndpointConfig
+from llm import Endpoint, EndpointConfig
 
 with Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="m"), cache_dir=".seedwheel/llm_cache") as ep:
     results = ep.client().complete_many_sync(requests)
 ```
 
-`generators.fake_server.FakeOpenAIServer` serves the same API on loopback for tests and offline dry runs.
+`tests.fake_server.FakeOpenAIServer` serves the same API on loopback for tests and offline dry runs.
 """
 
-from generators.llm.cache import CachedResponse, LLMCache, cache_key, cache_keys, request_payload
-from generators.llm.client import LLMClient
-from generators.llm.endpoint import LOCAL_PLACEHOLDER_URL, Endpoint, LocalServer
-from generators.llm.parse import parse_json_response
-from generators.llm.types import (
+from llm.cache import CachedResponse, LLMCache, cache_key, cache_keys, request_payload
+from llm.client import LLMClient
+from llm.endpoint import LOCAL_PLACEHOLDER_URL, Endpoint, LocalServer
+from llm.types import (
     CONNECTION_ERRORS,
     CallBudgetExceeded,
     ChatRequest,
@@ -61,7 +60,6 @@ __all__ = [
     "cache_key",
     "cache_keys",
     "is_loopback_url",
-    "parse_json_response",
     "request_payload",
     "resolve_api_key",
 ]

@@ -13,8 +13,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from training import serving
-from training.serving import MissingServingDependencyError, ModelServer, ModelServerError, group_alive
+from llm import serving
+from llm.serving import MissingServingDependencyError, ModelServer, ModelServerError, group_alive
 
 STAND_IN = r"""
 import http.server, signal, subprocess, sys, time
@@ -165,7 +165,7 @@ def test_sigkill_follows_when_sigterm_is_ignored(tmp_path: Path) -> None:
 LAUNCHER = r"""
 import sys, time
 from pathlib import Path
-from training.serving import ModelServer
+from llm.serving import ModelServer
 
 class StandIn(ModelServer):
     def command(self):

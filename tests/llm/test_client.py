@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from generators.fake_server import FakeOpenAIServer, Reply
-from generators.llm import (
+from tests.fake_server import FakeOpenAIServer, Reply
+from llm import (
     CallBudgetExceeded,
     ChatRequest,
     EndpointConfig,

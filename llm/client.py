@@ -40,8 +40,8 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 from tenacity.wait import wait_base
 
-from generators.llm.cache import CachedResponse, LLMCache, cache_keys, request_payload
-from generators.llm.types import (
+from llm.cache import CachedResponse, LLMCache, cache_keys, request_payload
+from llm.types import (
     CONNECTION_ERRORS,
     CallBudgetExceeded,
     ChatRequest,
@@ -79,7 +79,7 @@ class LLMClient:
         MissingAPIKey: a remote endpoint and no key, before any call is made.
 
     Example:
-        >>> from generators.fake_server import FakeOpenAIServer
+        >>> from tests.fake_server import FakeOpenAIServer
         >>> with FakeOpenAIServer() as server:
         ...     client = LLMClient(EndpointConfig(base_url=server.base_url, model="fake"))
         ...     [r.text for r in client.complete_many_sync([ChatRequest([{"role": "user", "content": "hi"}], "t1")])]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from generators.llm import parse_json_response
+from validators.json_answer import parse_json_response
 
 VERDICT = {
     "type": "object",

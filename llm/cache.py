@@ -46,7 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from generators.llm.types import ChatRequest, EndpointConfig, canonical_encode, shared_json
+from llm.types import ChatRequest, EndpointConfig, canonical_encode, shared_json
 
 KEY_FORMAT = 2
 DB_NAME = "llm_cache.sqlite3"

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
-from generators.llm.cache import LLMCache
-from generators.llm.client import LLMClient
-from generators.llm.types import EndpointConfig
+from llm.cache import LLMCache
+from llm.client import LLMClient
+from llm.types import EndpointConfig
 
 # The base URL of a local server before it runs: any loopback URL will do, since a loopback endpoint is cached
 # without its port (`EndpointConfig.endpoint_id`) and the server's real URL replaces it when it starts.
@@ -30,7 +30,7 @@ class Endpoint:
             (`LOCAL_PLACEHOLDER_URL`): the server's address is only known once it runs.
         cache_dir: where answers are cached (`LLMCache`); None disables caching.
         local_server: starts a server on this machine and yields its base URL while it runs (e.g. a
-            `training.serving.ModelServer` on `config.model`). It is entered the first time a request misses the
+            `llm.serving.ModelServer` on `config.model`). It is entered the first time a request misses the
             cache, at most once per `with` block, and left when the block ends, also on failure; a fully cached
             run starts nothing.
         api_key: the key itself, for callers that resolve secrets their own way; None reads `config.api_key_env`.
@@ -39,8 +39,8 @@ class Endpoint:
         ValueError: `local_server` with a non-loopback `base_url`.
 
     Example:
-        >>> from generators.fake_server import FakeOpenAIServer
-        >>> from generators.llm import ChatRequest
+        >>> from tests.fake_server import FakeOpenAIServer
+        >>> from llm import ChatRequest
         >>> with FakeOpenAIServer() as server, Endpoint(EndpointConfig(server.base_url, "fake")) as endpoint:
         ...     client = endpoint.client()
         ...     [r.text for r in client.complete_many_sync([ChatRequest([{"role": "user", "content": "hi"}], "t1")])]
