@@ -46,6 +46,7 @@ system-deps:
 test: install-dev system-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 lint: install-dev

@@ -20,8 +20,8 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table
 from assets.plots import bar_chart, line_chart
-from pipeline.resources import SeedRepository, StorageRoot, TrainingPolicy
 from llm import tether
+from pipeline.resources import SeedRepository, StorageRoot, TrainingPolicy
 from training.evaluation import sample_and_score
 from training.grpo_job import METRICS_MESSAGE_KIND
 from training.reward_audit import audit_reward, load_labelled

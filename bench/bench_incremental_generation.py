@@ -22,9 +22,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.fake_server import FakeOpenAIServer  # noqa: E402
-from llm import EndpointConfig, LLMCache, LLMClient  # noqa: E402
 from generators.rewrite import rewrite_tasks  # noqa: E402
+from llm import EndpointConfig, LLMCache, LLMClient  # noqa: E402
+from tests.fake_server import FakeOpenAIServer  # noqa: E402
 from validators.tasks import compute_task_id  # noqa: E402
 
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"

@@ -43,7 +43,6 @@ Example (`client`: an `LLMClient` with an `LLMCache`; `seeds`: task records):
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from typing import Any, ClassVar
 
 from generators.base import GenerationResult, Generator, derive_task, last_user_index
 from llm import ChatRequest, ChatResult, LLMClient
+from llm.prompts import data_tag
 from validators.json_answer import parse_json_response
 from validators.verifiers.numeric import NumberFormatError, parse_number
 
@@ -97,19 +97,6 @@ anything that would change the answer. THE ANSWER MUST STAY THE SAME.""",
 information (other people, other quantities, background details) that does not affect the answer. Keep all \
 of the original information and the question intact.""",
 }
-
-
-def data_tag(original: str) -> str:
-    """The delimiter name for one original text: `task-` plus 12 hex digits of its SHA-256.
-
-    Derived from the text itself, so a task cannot contain its own closing delimiter (that would need a hash
-    fixed point) and cannot break out of the data block; deterministic, so cache keys stay stable.
-
-    Example:
-        >>> data_tag("2+2?")
-        'task-30ad205245cd'
-    """
-    return "task-" + hashlib.sha256(original.encode("utf-8")).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

@@ -182,8 +182,8 @@ def judge(
     rationale, and the calls made versus answered from the cache.
     """
     from llm import CallBudgetExceeded, EndpointRejected, EndpointUnavailable, MissingAPIKey
-    from pipeline.definitions import build_definitions  # Dagster loads slowly; keep `seedwheel --help` fast
     from llm.serving import MissingServingDependencyError, ModelServerError
+    from pipeline.definitions import build_definitions  # Dagster loads slowly; keep `seedwheel --help` fast
     from training.tiny_model import TinyModelError
     from validators.audit import AuditInputError, load_tasks
     from validators.judge import DEFAULT_RUBRIC, LABEL_PARAMS, JudgeInputError, format_summary, judge_tasks

@@ -12,11 +12,11 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 from upath import UPath
 
-from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
 from generators.rewrite import REWRITE_KINDS
+from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
+from llm.serving import ModelServer
 from training.promotion import PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
-from llm.serving import ModelServer
 from training.tiny_model import build_quickstart_model, quickstart_model_dir, seed_texts
 from validators.dedup import MinHashConfig
 from validators.judge import AcceptanceRule, CalibrationFloors, TokenPrices

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from llm.models import bundled_model
 from pipeline.settings import Settings
 from tests.paths import SEEDS
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
-from llm.models import bundled_model
 from training.tiny_model import build_tiny_model
 
 # The bundled real model is converted once per machine into this folder (keyed by the GGUF file's hash), so a

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.fake_server import FakeOpenAIServer
 from pipeline.runs import materialize
+from tests.fake_server import FakeOpenAIServer
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.tables import frame_from_records, write_table

@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from tests.fake_server import FakeOpenAIServer, Reply
-from llm import ChatResult, EndpointConfig, LLMCache, LLMClient
 from generators.rewrite import (
     REWRITE_KINDS,
     REWRITE_SCHEMA,
     TEMPLATES,
     LLMRewriter,
     RewriteConfig,
-    data_tag,
     rewrite_problem,
     rewrite_tasks,
 )
+from llm import ChatResult, EndpointConfig, LLMCache, LLMClient
+from llm.prompts import data_tag
+from tests.fake_server import FakeOpenAIServer, Reply
 from tests.paths import SEEDS
 from validators.seeds import load_seeds
 from validators.tasks import compute_task_id, task_problems

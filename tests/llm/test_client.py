@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_server import FakeOpenAIServer, Reply
 from llm import (
     CallBudgetExceeded,
     ChatRequest,
@@ -19,6 +18,7 @@ from llm import (
     LLMClient,
     MissingAPIKey,
 )
+from tests.fake_server import FakeOpenAIServer, Reply
 
 # Retry waits in microseconds-to-milliseconds so fault tests stay fast.
 FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01, "timeout_s": 5.0, "max_retries": 2}

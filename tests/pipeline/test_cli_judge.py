@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tests.fake_server import FakeOpenAIServer, Reply
 from pipeline.cli import main
+from tests.fake_server import FakeOpenAIServer, Reply
 from validators.tables import read_table
 
 ALL_FIVE = {"clarity": 5, "solvability": 5, "reference_correctness": 5, "on_topic": 5}

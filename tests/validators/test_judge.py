@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.fake_server import FakeOpenAIServer, Reply
 from llm import EndpointConfig, LLMCache, LLMClient
-from generators.rewrite import data_tag
+from llm.prompts import data_tag
+from tests.fake_server import FakeOpenAIServer, Reply
 from tests.paths import SEEDS
 from validators.judge import (
     DEFAULT_RUBRIC,

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tests.fake_server import FakeOpenAIServer
 from llm import EndpointConfig, LLMClient
+from tests.fake_server import FakeOpenAIServer
 from validators.judge import (
     DEFAULT_RUBRIC,
     LABEL_PARAMS,
