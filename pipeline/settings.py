@@ -21,15 +21,17 @@ class Settings:
     """The project's switches.
 
     Attributes:
-        profile: `quickstart` (CPU, offline, tiny local model) or `production` (real endpoints and models).
+        profile: `quickstart` (CPU, offline, the bundled small model) or `production` (real endpoints and models).
         home: the storage root; assets land at `<home>/<asset>.parquet`.
         seeds_dir: the curated seed sets (`seeds/<family>/...`).
         dagster_home: the persistent Dagster instance that records runs (beside the storage root by default).
         verifier_plugins: user verifiers to register, as `package.module:ClassName` dotted paths.
         llm_base_url: an OpenAI-compatible endpoint for generation and judging; empty starts a local server.
         llm_model: the endpoint's model (or the local server's model dir or id); empty in the quickstart means
-            the tiny model built from the seeds.
-        base_model: the policy to train (a model dir or hub id); empty in the quickstart means the tiny model.
+            the bundled real model (SmolLM2-135M-Instruct, offline).
+        base_model: the policy to train (a model dir or hub id); empty in the quickstart means the bundled model.
+        models_dir: where model folders built on this machine live (the bundled SmolLM2-135M-Instruct, converted
+            once from its GGUF file); `<home>/models` by default, shared between storage roots when set.
         nightly_cron: when the nightly regeneration runs (cron syntax), in `timezone` (an IANA name).
         failure_inbox: where production failure logs arrive (a folder or an fsspec URL); `<home>-inbox` by default.
         retrain_growth: train (and gate) again when the training split has grown by this fraction since the last
@@ -44,6 +46,7 @@ class Settings:
     llm_base_url: str = ""
     llm_model: str = ""
     base_model: str = ""
+    models_dir: Path = Path("models")
     nightly_cron: str = "0 2 * * *"
     timezone: str = "UTC"
     failure_inbox: str = ""
@@ -69,6 +72,7 @@ class Settings:
         llm_base_url = environ.get("SEEDWHEEL_LLM_BASE_URL", "")
         llm_model = environ.get("SEEDWHEEL_LLM_MODEL", "" if profile == "quickstart" else DEFAULT_PRODUCTION_MODEL)
         base_model = environ.get("SEEDWHEEL_BASE_MODEL", "" if profile == "quickstart" else DEFAULT_PRODUCTION_POLICY)
+        models_dir = Path(given.get("models_dir") or environ.get("SEEDWHEEL_MODELS_DIR") or home / "models").resolve()
         nightly_cron = environ.get("SEEDWHEEL_NIGHTLY_CRON", "0 2 * * *")
         timezone = environ.get("SEEDWHEEL_TIMEZONE", "UTC")
         _check_schedule(nightly_cron, timezone)
@@ -83,6 +87,7 @@ class Settings:
             llm_base_url,
             llm_model,
             base_model,
+            models_dir,
             nightly_cron,
             timezone,
             failure_inbox,
@@ -100,6 +105,7 @@ class Settings:
             "SEEDWHEEL_LLM_BASE_URL": self.llm_base_url,
             "SEEDWHEEL_LLM_MODEL": self.llm_model,
             "SEEDWHEEL_BASE_MODEL": self.base_model,
+            "SEEDWHEEL_MODELS_DIR": str(self.models_dir),
             "SEEDWHEEL_NIGHTLY_CRON": self.nightly_cron,
             "SEEDWHEEL_TIMEZONE": self.timezone,
             "SEEDWHEEL_FAILURE_INBOX": self.failure_inbox,

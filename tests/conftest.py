@@ -20,15 +20,21 @@ REAL_MODELS_DIR = Path.home() / ".cache" / "seedwheel-tests" / "models"
 def settings(tmp_path: Path) -> Settings:
     """Quickstart settings on the bundled seeds, storage and Dagster instance under tmp_path."""
     return Settings.from_env(
-        {}, profile="quickstart", home=tmp_path / "home", seeds_dir=SEEDS, dagster_home=tmp_path / "dagster"
+        {},
+        profile="quickstart",
+        home=tmp_path / "home",
+        seeds_dir=SEEDS,
+        dagster_home=tmp_path / "dagster",
+        models_dir=REAL_MODELS_DIR,
     )
 
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test reads a developer's SEEDWHEEL_* / DAGSTER_HOME or writes into the working tree."""
-    for name in ("SEEDWHEEL_PROFILE", "SEEDWHEEL_HOME", "SEEDWHEEL_SEEDS", "DAGSTER_HOME"):
+    for name in ("SEEDWHEEL_PROFILE", "SEEDWHEEL_HOME", "SEEDWHEEL_SEEDS", "DAGSTER_HOME", "SEEDWHEEL_MODELS_DIR"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SEEDWHEEL_MODELS_DIR", str(REAL_MODELS_DIR))
     monkeypatch.setenv("SEEDWHEEL_HOME", str(tmp_path / "env-home"))
     monkeypatch.setenv("SEEDWHEEL_SEEDS", str(SEEDS))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "env-dagster"))

@@ -1,20 +1,19 @@
-"""A tiny Qwen2-style causal LM with random weights, built locally: the quickstart's offline policy model.
+"""A tiny Qwen2-style causal LM with random weights, built locally: the fast stand-in model of the unit tests.
 
 No hub access is needed: the tokenizer is a byte-level BPE trained with `tokenizers` on texts the caller
 gives (seed prompts and references) under Qwen2's pre-tokenizer, saved as a `Qwen2Tokenizer` (a
 `PreTrainedTokenizerFast`) with Qwen2.5's ChatML template (the copy TRL ships in `trl.chat_template_utils`),
 eos `<|im_end|>`, pad `<|endoftext|>` and left padding. The result is an ordinary model directory, so everything
 downstream loads it exactly as it would load a real model id: `AutoModelForCausalLM.from_pretrained(path_or_id)`,
-`transformers serve PATH`, TRL's `GRPOTrainer(model=PATH)`.
+`seedwheel serve --model PATH`, TRL's `GRPOTrainer(model=PATH)`.
 
 The weights are random, so the model writes garbage: good for testing transport, training mechanics and
 parse-failure handling, never for judging quality.
 
 A build is deterministic for a given seed, texts (as a multiset: their order does not matter) and library
 versions, and it is recorded in a small fingerprint file (`seedwheel_build.json`) in the model directory.
-Building again with the same inputs reuses the directory; with other inputs it replaces it. The build goes
-into a temporary folder beside the target and is renamed into place, so a killed build never leaves a
-half-written model directory in its place (at worst a `.NAME.building-*` folder beside it).
+Building again with the same inputs reuses the directory; with other inputs it replaces it. The build is
+atomic (`llm.models.build_model_dir`): a killed build never leaves a half-written model directory in its place.
 """
 
 from __future__ import annotations
@@ -23,22 +22,18 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
-import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from llm.models import build_model_dir, package_version
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
-FINGERPRINT_FILE = "seedwheel_build.json"
 # Bump when the build recipe changes in a way that changes the output for the same params.
 BUILD_FORMAT = 1
 
@@ -131,7 +126,7 @@ def build_tiny_model(
     Args:
         out_dir: The model directory to create. Reused as is when it holds a build with the same fingerprint;
             replaced when it holds a tiny-model build with another fingerprint. A non-empty directory that is
-            not a tiny-model build is never touched (`TinyModelError`).
+            not a model build is never touched (`llm.models.ModelBuildError`).
         texts: Text the tokenizer learns its merges from, e.g. seed prompts and references. Their order does
             not matter; an empty corpus gives a pure byte-level tokenizer.
         vocab_size: Upper bound of the vocabulary (see `TinyModelSpec`).
@@ -164,27 +159,8 @@ def build_tiny_model(
         seed=seed,
     )
     corpus = _checked_texts(texts)
-    target = Path(out_dir).expanduser().resolve()
     fingerprint = build_fingerprint(spec, corpus)
-
-    if _matches(target, fingerprint):
-        logger.info("Reusing tiny model at %s (fingerprint matches).", target)
-        return target
-    _check_replaceable(target)
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
-    try:
-        _build_into(staging, spec, corpus)
-        # Written last: a directory with a fingerprint is a complete build.
-        (staging / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
-        _move_into_place(staging, target, fingerprint)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    logger.info("Built tiny model at %s in %.1f s.", target, time.perf_counter() - started)
-    return target
+    return build_model_dir(out_dir, fingerprint, lambda staging: _build_into(staging, spec, corpus))
 
 
 def build_fingerprint(spec: TinyModelSpec, texts: list[str]) -> dict[str, Any]:
@@ -211,7 +187,7 @@ def build_fingerprint(spec: TinyModelSpec, texts: list[str]) -> dict[str, Any]:
         "params": asdict(spec),
         "texts_sha256": digest.hexdigest(),
         "n_texts": len(texts),
-        "versions": {name: _version(name) for name in _VERSIONED_PACKAGES},
+        "versions": {name: package_version(name) for name in _VERSIONED_PACKAGES},
     }
 
 
@@ -248,60 +224,6 @@ def _checked_texts(texts: Iterable[str]) -> list[str]:
         if not isinstance(text, str):
             raise TypeError(f"texts[{index}] is {type(text).__name__}, expected str.")
     return sorted(corpus)
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _read_fingerprint(directory: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((directory / FINGERPRINT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _matches(target: Path, fingerprint: dict[str, Any]) -> bool:
-    return target.is_dir() and _read_fingerprint(target) == fingerprint
-
-
-def _check_replaceable(target: Path) -> None:
-    if not target.exists():
-        return
-    if not target.is_dir():
-        raise TinyModelError(f"{target} exists and is not a directory; pass another out_dir for the tiny model.")
-    if any(target.iterdir()) and _read_fingerprint(target) is None:
-        raise TinyModelError(
-            f"{target} is a non-empty directory without {FINGERPRINT_FILE}, so it is not a tiny-model build and "
-            "will not be overwritten. Pass an empty or new out_dir, or delete that directory yourself."
-        )
-
-
-def _move_into_place(staging: Path, target: Path, fingerprint: dict[str, Any]) -> None:
-    """Rename the finished build onto `target`, replacing an older build; tolerate a concurrent builder."""
-    old = None
-    if target.exists():
-        if any(target.iterdir()):
-            old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
-            try:
-                target.rename(old)
-            except FileNotFoundError:  # another builder moved it first
-                old = None
-        else:
-            target.rmdir()
-    try:
-        staging.rename(target)
-    except OSError:
-        # Another process renamed its own build in between; fine if it is the same build.
-        if not _matches(target, fingerprint):
-            raise
-        logger.info("Another process built %s concurrently; keeping its copy.", target)
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 def _build_into(directory: Path, spec: TinyModelSpec, texts: list[str]) -> None:
@@ -370,43 +292,3 @@ def _train_tokenizer(spec: TinyModelSpec, texts: list[str]) -> PreTrainedTokeniz
         model_max_length=spec.max_position_embeddings,
         chat_template=qwen2_5_chat_template,
     )
-
-
-def seed_texts(seeds_dir: str | os.PathLike[str]) -> list[str]:
-    """The prompt messages and references of every seed file under `seeds_dir` (parsed, not checked)."""
-    from validators.seeds import discover_seed_files, read_seed_file
-
-    texts: list[str] = []
-    for path in discover_seed_files([Path(seeds_dir)]):
-        records, _ = read_seed_file(path)
-        for record in records:
-            raw = record.raw if isinstance(record.raw, dict) else {}
-            prompt = raw.get("prompt")
-            messages = [{"content": prompt}] if isinstance(prompt, str) else prompt or []
-            texts += [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
-            if isinstance(raw.get("reference"), str):
-                texts.append(raw["reference"])
-    return texts
-
-
-def quickstart_model_dir(models_dir: str | os.PathLike[str], texts: Iterable[str]) -> Path:
-    """Where the quickstart's tiny model for these texts lives: the folder name carries a hash of the texts.
-
-    Editing the seeds therefore builds a new model under a new name, instead of silently changing the model
-    that cached LLM answers were recorded for (the served path is part of the cache key).
-    """
-    digest = hashlib.sha256("\n\0".join(sorted(texts)).encode("utf-8")).hexdigest()[:8]
-    return (Path(models_dir) / f"tiny-policy-{digest}").resolve()
-
-
-def build_quickstart_model(models_dir: str | os.PathLike[str], seeds_dir: str | os.PathLike[str]) -> Path:
-    """The quickstart's policy: a tiny model whose tokenizer is trained on the seed texts (built once, reused).
-
-    Example:
-        >>> build_quickstart_model(".seedwheel/models", "seeds")  # doctest: +SKIP
-        PosixPath('/work/.seedwheel/models/tiny-policy-3f2a9c1b')
-    """
-    texts = seed_texts(seeds_dir)
-    if not texts:
-        raise TinyModelError(f"no seed texts under {seeds_dir}: the tiny model's tokenizer needs some text")
-    return build_tiny_model(quickstart_model_dir(models_dir, texts), texts)

@@ -4,12 +4,14 @@ import pytest
 
 from llm import LOCAL_PLACEHOLDER_URL
 from pipeline.resources import LLMEndpoint
-from tests.paths import SEEDS
 
 
 def resource(tmp_path, **fields) -> LLMEndpoint:
     return LLMEndpoint(
-        cache_dir=str(tmp_path / "cache"), work_dir=str(tmp_path / "work"), seeds_path=str(SEEDS), **fields
+        cache_dir=str(tmp_path / "cache"),
+        models_dir=str(tmp_path / "models"),
+        log_dir=str(tmp_path / "logs"),
+        **fields,
     )
 
 
@@ -24,12 +26,12 @@ def test_a_configured_url_is_used_as_is(tmp_path):
     assert endpoint.cache_dir == str(tmp_path / "cache")
 
 
-def test_without_a_url_a_local_server_serves_the_quickstart_model(tmp_path):
+def test_without_a_url_a_local_server_serves_the_bundled_model(tmp_path):
     endpoint = resource(tmp_path).endpoint()
     assert endpoint.local_server is not None and endpoint.config.base_url == LOCAL_PLACEHOLDER_URL
-    # Named before it is built (the cache keys on it), under the work dir, after a hash of the seed texts.
-    assert endpoint.config.model.startswith(str(tmp_path / "work" / "models" / "tiny-policy-"))
-    assert not (tmp_path / "work").exists()  # nothing is built until a request misses the cache
+    # Named before it is converted (the cache keys on it), under the models dir, after a hash of the GGUF file.
+    assert endpoint.config.model.startswith(str(tmp_path / "models" / "smollm2-135m-instruct-"))
+    assert not (tmp_path / "models").exists()  # nothing is converted until a request misses the cache
 
 
 def test_a_remote_url_without_a_model_fails_with_the_fix(tmp_path):

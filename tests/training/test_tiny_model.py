@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from llm.models import FINGERPRINT_FILE, ModelBuildError
 from tests.training.tiny import TINY_TEXTS
 from training.tiny_model import (
     EOS_TOKEN,
-    FINGERPRINT_FILE,
     PAD_TOKEN,
     TinyModelError,
     build_tiny_model,
@@ -104,7 +104,7 @@ def test_never_overwrites_a_folder_that_is_not_a_build(tmp_path: Path) -> None:
     target.mkdir()
     (target / "notes.txt").write_text("keep me")
 
-    with pytest.raises(TinyModelError, match="not a tiny-model build"):
+    with pytest.raises(ModelBuildError, match="not a seedwheel model build"):
         build_tiny_model(target, TINY_TEXTS, **MINI)
     assert [p.name for p in target.iterdir()] == ["notes.txt"]
 
