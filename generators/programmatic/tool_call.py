@@ -1,8 +1,10 @@
 """`tool_call_resample`: tool-call requests with re-sampled argument values, rendered into the request.
 
-Design. Every leaf of `expected.arguments` (nested objects and lists included) is a candidate slot when its
-value appears verbatim in the user's request (word-bounded; enum values also as words, `living_room` ->
-"living room", any case). A slot gets a new value of the same kind, valid under the tool's parameter schema:
+Design. Every leaf of the gold call's arguments (`expected.arguments`, nested objects and lists included; with
+a one-call `possible_answer`, the arguments that have a single plain acceptable value, so alternatives such as
+"Kyoto" or "Kyoto, Japan" stay as the seed states them) is a candidate slot when its value appears verbatim in
+the user's request (word-bounded; enum values also as words, `living_room` -> "living room", any case). A
+slot gets a new value of the same kind, valid under the tool's parameter schema:
 
 - enum: another allowed value;
 - dates (`YYYY-MM-DD`, written in the request as ISO or as `3 September 2024`), times (`HH:MM`): another date
@@ -14,8 +16,9 @@ value appears verbatim in the user's request (word-bounded; enum values also as 
 
 Free text (titles, subjects, bodies, search queries) is left as is. The new value must not already occur in
 the request (ambiguous), the new arguments must validate against the tool's schema, and the reference is the
-expected call as JSON. Rejects: `unsupported_seed` (no argument value is stated verbatim in a kind we can
-sample), `schema_invalid` (a sampled value broke the schema: a bug in a sampler, kept visible).
+gold call as JSON (first acceptable values). Rejects: `unsupported_seed` (the gold is not one call, or no
+argument value is stated verbatim in a kind we can sample), `schema_invalid` (a sampled value broke the
+schema: a bug in a sampler, kept visible).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any, ClassVar
 import jsonschema
 
 from generators.base import GenerationResult, Generator, derive_task, last_user_index
+from validators.verifiers.tool_call import gold_calls, tool_parameters
 
 ATTEMPTS_PER_VARIANT = 5
 CITIES = (
@@ -178,6 +182,35 @@ def _set(value: Any, path: tuple, new: Any) -> None:
     value[path[-1]] = new
 
 
+def _single_values(params: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The gold call's name and the argument values that have one acceptable value (the ones to re-sample).
+
+    `expected` gives every argument; a one-call `possible_answer` gives each argument with a single plain
+    acceptable value (an argument with alternatives, "Kyoto" or "Kyoto, Japan", is left as the seed states it).
+    None when the gold is not one call.
+    """
+    if "expected" in params:
+        return params["expected"]["name"], params["expected"]["arguments"]
+    if len(params["possible_answer"]) != 1:
+        return None
+    ((name, arguments),) = params["possible_answer"][0].items()
+    single = {
+        key: values[0]
+        for key, values in arguments.items()
+        if len(values) == 1 and values[0] != "" and not isinstance(values[0], dict | list)
+    }
+    return name, single
+
+
+def _with_values(params: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The params with the gold's re-sampled argument values in the seed's own form."""
+    if "expected" in params:
+        return {**params, "expected": {**params["expected"], "arguments": dict(values)}}
+    ((name, arguments),) = params["possible_answer"][0].items()
+    call = {key: [values[key]] if key in values else alternatives for key, alternatives in arguments.items()}
+    return {**params, "possible_answer": [{name: call}]}
+
+
 class ToolCallResample(Generator):
     """Re-samples the argument values a tool-call request states, consistently in request, gold and reference.
 
@@ -203,13 +236,17 @@ class ToolCallResample(Generator):
         """
         out = GenerationResult()
         params = parent["verifier"]["params"]
-        expected = params["expected"]
+        gold = _single_values(params)
+        if gold is None:
+            detail = "the gold is not one call (possible_answer with several calls, or none)"
+            out.rejects.append(self.reject(parent, "unsupported_seed", detail, {}))
+            return out
+        name, values = gold
         user = last_user_index(parent["prompt"])
         request = parent["prompt"][user]["content"]
-        tool = next((t["function"] for t in params["tools"] if t["function"]["name"] == expected["name"]), None)
-        schema = (tool or {}).get("parameters", {"type": "object"})
+        schema = tool_parameters(params).get(name, {"type": "object"})
         slots = []
-        for path, value, leaf_schema in _leaves(expected["arguments"], schema):
+        for path, value, leaf_schema in _leaves(values, schema):
             if _is_date(str(value)) and _DAY_WORDS.search(request):
                 continue  # "Today is Monday, 13 May": a new date would contradict the stated weekday
             forms = surfaces(value, leaf_schema, request)
@@ -230,7 +267,7 @@ class ToolCallResample(Generator):
         for _ in range(n * ATTEMPTS_PER_VARIANT):
             if len(out.tasks) >= n:
                 break
-            arguments = copy.deepcopy(expected["arguments"])
+            arguments = copy.deepcopy(values)
             new_request = request
             substitutions: dict[str, str] = {}
             shift = rng.choice([d for d in range(-40, 41) if d])
@@ -249,18 +286,19 @@ class ToolCallResample(Generator):
             pattern = "|".join(_words(re.escape(s)) for s in sorted(substitutions, key=len, reverse=True))
             new_request = re.sub(pattern, lambda m, subs=substitutions: subs[m.group()], request)
             spec = {"substitutions": substitutions}
-            errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(arguments), key=str)
+            new_params = _with_values(params, arguments)
+            [call] = gold_calls(new_params)
+            errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(call["arguments"]), key=str)
             if errors:
                 out.rejects.append(self.reject(parent, "schema_invalid", errors[0].message[:160], spec))
                 continue
-            new_expected = {"name": expected["name"], "arguments": arguments}
             prompt = [dict(m) for m in parent["prompt"]]
             prompt[user] = {**prompt[user], "content": new_request}
             task = derive_task(
                 parent,
                 prompt=prompt,
-                verifier_params={**params, "expected": new_expected},
-                reference=json.dumps(new_expected, ensure_ascii=False),
+                verifier_params=new_params,
+                reference=json.dumps(call, ensure_ascii=False),
                 generator=self.spec(spec),
             )
             if task["task_id"] not in seen:

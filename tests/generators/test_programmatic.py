@@ -92,7 +92,7 @@ def test_every_variant_is_a_valid_task_descending_from_its_seed(
         ("json_extraction", 18),  # 21/28: documents with no id, e-mail or free person name are left alone
         ("sql", 13),  # 15/31: only questions that state a literal of their gold query are templates
         ("python_function", 30),  # 32/33: every spec can be renamed; one has only date inputs that mutate badly
-        ("tool_call", 23),  # 25/27: relative dates and unit conversions are left alone
+        ("tool_call", 23),  # 23/27: relative dates, unit conversions and locations with alternatives stay
     ],
 )
 def test_yield_per_family(
@@ -366,11 +366,45 @@ def test_tool_call_rejects(request_text: str, arguments: dict[str, Any], code: s
     assert result.tasks == [] and code in _codes(result)
 
 
+def test_tool_call_keeps_the_alternatives_of_a_possible_answer_seed() -> None:
+    # BFCL's format: the location has two acceptable spellings, so only the date (one value) is re-sampled.
+    tool = {"name": "forecast", "parameters": {"type": "dict", "properties": {
+        "location": {"type": "string"}, "date": {"type": "string"}}, "required": ["location", "date"]}}  # fmt: skip
+    gold = [{"forecast": {"location": ["Kyoto", "Kyoto, Japan"], "date": ["2024-10-12"]}}]
+    reference = json.dumps({"name": "forecast", "arguments": {"location": "Kyoto", "date": "2024-10-12"}})
+    seed = _task(
+        "tool_call", "Rain in Kyoto on 2024-10-12?", "tool_call", {"tools": [tool], "possible_answer": gold}, reference
+    )
+    result = ToolCallResample().generate(seed, n=3, random_seed=0)
+    assert len(result.tasks) == 3
+    for variant in result.tasks:
+        [call] = variant["verifier"]["params"]["possible_answer"]
+        assert call["forecast"]["location"] == ["Kyoto", "Kyoto, Japan"]
+        [date] = call["forecast"]["date"]
+        assert date != "2024-10-12" and date in variant["prompt"][-1]["content"]
+        assert json.loads(variant["reference"]) == {
+            "name": "forecast",
+            "arguments": {"location": "Kyoto", "date": date},
+        }
+
+
+def test_tool_call_rejects_a_gold_of_several_calls() -> None:
+    # Parallel calls: a re-sampled value would have to be told apart from its twin in the other call.
+    tool = {"name": "play", "parameters": {"type": "dict", "properties": {"artist": {"type": "string"}}}}
+    gold = [{"play": {"artist": ["Taylor Swift"]}}, {"play": {"artist": ["Maroon 5"]}}]
+    seed = _task(
+        "tool_call", "Play Taylor Swift and Maroon 5.", "tool_call", {"tools": [tool], "possible_answer": gold}, ""
+    )
+    result = ToolCallResample().generate(seed, n=3, random_seed=0)
+    assert result.tasks == [] and _codes(result) == {"unsupported_seed"}
+
+
 def test_tool_call_keeps_dates_in_order(seeds: list[dict[str, Any]]) -> None:
     seed = next(
         s
         for s in seeds
-        if s["family"] == "tool_call" and "return_date" in s["verifier"]["params"]["expected"]["arguments"]
+        if s["family"] == "tool_call"
+        and "return_date" in s["verifier"]["params"].get("expected", {}).get("arguments", {})
     )
     for variant in ToolCallResample().generate(seed, n=3, random_seed=5).tasks:
         arguments = variant["verifier"]["params"]["expected"]["arguments"]
