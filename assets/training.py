@@ -18,16 +18,17 @@ import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import count_table, markdown_table
+from assets.metadata import count_table, markdown_table, preview
 from assets.plots import bar_chart, line_chart
 from llm import tether
 from pipeline.resources import SeedRepository, StorageRoot, TrainingPolicy
 from training.evaluation import sample_and_score
 from training.grpo_job import METRICS_MESSAGE_KIND
+from training.preferences import DEFAULT_MAX_PAIRS_PER_TASK, PAIR_COLUMNS, build_preference_pairs, export_pairs
 from training.reward_audit import audit_reward, load_labelled
 from validators.export import export_split
 from validators.rewards import build_reward_funcs
-from validators.tables import atomic_write, records_from_frame
+from validators.tables import atomic_write, frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
 
 REWARD_AUDIT_FILE = Path("audit", "reward_audit.jsonl")
@@ -38,6 +39,8 @@ MANIFEST_COLUMNS = (
 )  # fmt: skip
 DISAGREEMENT_COLUMNS = ("id", "family", "human_accept", "score", "human_reason")
 PLOTTED_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl")
+# What difficulty_profile keeps of each scored sample (its `rollouts` column).
+ROLLOUT_FIELDS = ("sample", "completion", "passed", "score", "reason")
 
 
 @dg.asset(
@@ -162,7 +165,9 @@ def difficulty_profile(
     """Offline dynamic sampling: the starting policy's pass rate per training task, and which tasks GRPO gets."""
     ids = train_tasks[["task_id", "family"]].reset_index(drop=True)
     if not training.difficulty_profile:
-        profile = ids.assign(solved=None, samples=0, label="not_profiled", in_grpo_set=True)
+        profile = ids.assign(
+            solved=None, samples=0, label="not_profiled", in_grpo_set=True, policy=None, rollouts=None
+        )
         return dg.MaterializeResult(
             value=profile,
             metadata={"enabled": False, "rows": len(profile), "in_grpo_set": len(profile)},
@@ -179,8 +184,17 @@ def difficulty_profile(
     )
     solved = [sum(sampled.passed[task_id]) for task_id in ids["task_id"]]
     labels = ["never_solved" if n == 0 else "always_solved" if n == k else "learnable" for n in solved]
+    # The scored samples themselves, kept for preference_pairs.
+    rollouts: dict[str, list[dict[str, Any]]] = {}
+    for row in sampled.rows:
+        rollouts.setdefault(row["task_id"], []).append({name: row[name] for name in ROLLOUT_FIELDS})
     profile = ids.assign(
-        solved=solved, samples=k, label=labels, in_grpo_set=[label == "learnable" for label in labels]
+        solved=solved,
+        samples=k,
+        label=labels,
+        in_grpo_set=[label == "learnable" for label in labels],
+        policy=policy_model,
+        rollouts=pd.Series([rollouts[task_id] for task_id in ids["task_id"]], dtype=object),
     )
     by_family = pd.crosstab(profile["family"], profile["label"]).reset_index()
     distribution = Counter(solved)
@@ -281,6 +295,82 @@ def grpo_checkpoint(
             "train_tasks_run_id": manifest.loc[0, "train_tasks_run_id"],
             "job_config": dg.MetadataValue.path(str(config_path)),
             "reward_curve": _reward_curve(steps),
+        },
+    )
+
+
+class PreferenceConfig(dg.Config):
+    """How many preference pairs one task may give per sampling model."""
+
+    max_pairs_per_task: int = DEFAULT_MAX_PAIRS_PER_TASK
+
+
+@dg.asset(group_name=groups.TRAINING)
+def preference_pairs(
+    config: PreferenceConfig,
+    train_tasks: pd.DataFrame,
+    eval_tasks: pd.DataFrame,
+    difficulty_profile: pd.DataFrame,
+    checkpoint_eval: pd.DataFrame,
+    storage: StorageRoot,
+) -> dg.MaterializeResult[pd.DataFrame]:
+    """DPO pairs from verified rollouts: train pairs from difficulty_profile, eval-task pairs held out apart."""
+    profiled = records_from_frame(difficulty_profile.reindex(columns=["task_id", "policy", "rollouts"]))
+    rollouts = [
+        {**rollout, "task_id": row["task_id"], "model": row["policy"]}
+        for row in profiled
+        for rollout in row["rollouts"] or []
+    ]
+    built = {
+        "train": build_preference_pairs(
+            rollouts,
+            records_from_frame(train_tasks[list(TASK_FIELDS)]),
+            split="train",
+            source="difficulty_profile",
+            held_out=set(eval_tasks["task_id"]),
+            max_pairs_per_task=config.max_pairs_per_task,
+        ),
+        "eval": build_preference_pairs(
+            records_from_frame(checkpoint_eval),
+            records_from_frame(eval_tasks[list(TASK_FIELDS)]),
+            split="eval",
+            source="checkpoint_eval",
+            max_pairs_per_task=config.max_pairs_per_task,
+        ),
+    }
+    exported = {split: export_pairs(part.pairs, storage.path("export"), split) for split, part in built.items()}
+    pairs = frame_from_records([pair for part in built.values() for pair in part.pairs], PAIR_COLUMNS)
+    counts = pairs.groupby(["split", "source", "family"]).agg(pairs=("task_id", "size"), tasks=("task_id", "nunique"))
+    outcomes = [
+        {"split": split, "outcome": outcome, "tasks": n}
+        for split, part in built.items()
+        for outcome, n in sorted(Counter(part.outcomes.values()).items())
+    ]
+    texts = pairs.assign(
+        chosen_text=[m[0]["content"] for m in pairs["chosen"]],
+        rejected_text=[m[0]["content"] for m in pairs["rejected"]],
+    )
+    return dg.MaterializeResult(
+        value=pairs,
+        metadata={
+            # 0 when difficulty_profile is switched off: then there is nothing to make training pairs from.
+            "train_rollouts": len(rollouts),
+            "eval_rollouts": len(checkpoint_eval),
+            **{f"{split}_pairs": len(part.pairs) for split, part in built.items()},
+            **{f"{split}_tasks_with_pairs": part.tasks_with_pairs for split, part in built.items()},
+            "max_pairs_per_task": config.max_pairs_per_task,
+            "pairs_by_family": dg.MetadataValue.md(
+                markdown_table(
+                    counts.reset_index().to_dict(orient="records"), ["split", "source", "family", "pairs", "tasks"]
+                )
+            ),
+            "task_outcomes": dg.MetadataValue.md(markdown_table(outcomes, ["split", "outcome", "tasks"])),
+            "dropped_samples": dg.MetadataValue.json({split: dict(part.dropped) for split, part in built.items()}),
+            **{f"export_{split}_parquet": dg.MetadataValue.path(str(e.parquet)) for split, e in exported.items()},
+            **{f"export_{split}_jsonl": dg.MetadataValue.path(str(e.jsonl)) for split, e in exported.items()},
+            "preview": preview(
+                texts, ("split", "task_id", "family", "chosen_text", "rejected_text", "rejected_reason")
+            ),
         },
     )
 

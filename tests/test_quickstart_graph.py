@@ -28,6 +28,7 @@ ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
     *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
     *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
+    "preference_pairs",
     *("failure_tasks", "review_queue", "failure_eval"),  # failure_logs is per file: ingested before the run
 }
 CHECKS = {

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
+from assets.training import ROLLOUT_FIELDS
 from pipeline.runs import materialize
 from validators.registry import Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds
@@ -125,6 +127,10 @@ def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_
     # A random policy with 4 new tokens solves nothing: every task is never solved, none carries GRPO signal.
     assert set(profile["label"]) == {"never_solved"} and not profile["in_grpo_set"].any()
     assert (profile["samples"] == 2).all()
+    # The scored samples stay with the profile: preference_pairs pairs them.
+    assert (profile["policy"] == str(tiny_model_dir)).all()
+    assert [len(r) for r in profile["rollouts"]] == [2] * len(tasks)
+    assert all(set(r) == set(ROLLOUT_FIELDS) and not r["passed"] for rows in profile["rollouts"] for r in rows)
     metadata = summary.assets[0].metadata
     assert metadata["in_grpo_set"] == 0 and metadata["solved_of_k"].startswith("![")
     assert not summary.success
@@ -144,3 +150,68 @@ def test_promotion_reports_the_production_failures_apart(settings):
     assert metadata["failure_eval"].startswith("failure_eval: the candidate solves 2 of 4")
     decision = read_table(settings.home / "promotion.parquet").iloc[0]
     assert decision["failure_eval"]["tasks"] == 4
+
+
+def plant_rollouts(settings, train: list[dict], evaluation: list[dict], profiled: list[dict]) -> None:
+    """Upstream tables of preference_pairs: the splits, difficulty_profile's rollouts (on `profiled`), an eval run."""
+    plant_train_tasks(settings, train)
+    write_table(frame_from_records(evaluation, TASK_FIELDS), settings.home / "eval_tasks.parquet")
+    verdicts = [("#### 4", True), ("#### 5", False), ("#### 5", False)]  # the last one a duplicate
+    samples = [
+        {"sample": i, "completion": text, "passed": ok, "score": float(ok), "reason": f"r{i}"}
+        for i, (text, ok) in enumerate(verdicts)
+    ]
+    profile = pd.DataFrame(
+        {
+            "task_id": [t["task_id"] for t in profiled],
+            "family": [t["family"] for t in profiled],
+            "label": "learnable",
+            "in_grpo_set": True,
+            "policy": "sft/final",
+            "rollouts": pd.Series([samples] * len(profiled), dtype=object),
+        }
+    )
+    write_table(profile, settings.home / "difficulty_profile.parquet")
+    rows = [
+        {"role": role, "model": role, "task_id": task["task_id"], "family": task["family"], "failure_eval": False}
+        | {"sample": i, "passed": ok, "score": float(ok), "reason": "", "completion": text}
+        for role in ("baseline", "candidate")
+        for task in evaluation
+        for i, (text, ok) in enumerate(verdicts if role == "candidate" else verdicts[1:])  # the baseline never passes
+    ]
+    write_table(pd.DataFrame(rows), settings.home / "checkpoint_eval.parquet")
+
+
+def test_preference_pairs_train_on_training_rollouts_and_keep_eval_pairs_apart(settings):
+    tasks = bundled_tasks(settings, per_family=1)
+    train, evaluation = tasks[:2], tasks[2:4]
+    plant_rollouts(settings, train, evaluation, profiled=train)
+    summary = materialize(settings, "preference_pairs")
+    assert summary.success, summary.failures
+    pairs = read_table(settings.home / "preference_pairs.parquet")
+    # One pair per task that both passed and failed: the duplicate failure adds none.
+    assert sorted(zip(pairs["split"], pairs["task_id"], pairs["source"], pairs["model"], strict=True)) == sorted(
+        [("train", t["task_id"], "difficulty_profile", "sft/final") for t in train]
+        + [("eval", t["task_id"], "checkpoint_eval", "candidate") for t in evaluation]
+    )
+    prompts = {t["task_id"]: t["prompt"] for t in train + evaluation}
+    assert all(prompt == prompts[t] for t, prompt in zip(pairs["task_id"], pairs["prompt"], strict=True))
+    metadata = summary.assets[0].metadata
+    assert (metadata["train_pairs"], metadata["eval_pairs"], metadata["train_tasks_with_pairs"]) == (2, 2, 2)
+    assert metadata["dropped_samples"] == {"train": {"duplicate": 2}, "eval": {"duplicate": 4}}
+    assert "| eval | no_passing | 2 |" in metadata["task_outcomes"]  # the baseline failed every sample
+    export = settings.home / "export"
+    for split in ("train", "eval"):
+        exported = pq.read_table(export / f"preferences_{split}.parquet").to_pylist()
+        assert {row["split"] for row in exported} == {split} and len(exported) == 2
+        assert len((export / f"preferences_{split}.jsonl").read_text().splitlines()) == 2
+
+
+def test_preference_pairs_refuse_rollouts_on_eval_tasks_as_training_pairs(settings):
+    tasks = bundled_tasks(settings, per_family=1)
+    train, evaluation = tasks[:2], tasks[2:4]
+    plant_rollouts(settings, train, evaluation, profiled=train + evaluation[:1])  # a profile that saw an eval task
+    summary = materialize(settings, "preference_pairs")
+    assert not summary.success
+    assert "1 held-out task(s) among the rollouts for training pairs" in summary.failures[0]
+    assert not (settings.home / "export" / "preferences_train.parquet").exists()

@@ -1,0 +1,146 @@
+"""DPO on verified preference pairs (`training.preferences`) with TRL's `DPOTrainer`.
+
+A small hand-off, not a pipeline stage: it trains from a model directory (or hub id) on `split="train"` pairs
+and writes `<output_dir>/final`. The reference model is the starting model: TRL loads a second copy from the same
+path, which is why `model_path` is a path and not a model object. Rows marked `split="eval"` are refused: they
+come from eval tasks (see `training.preferences`). Runtime settings are `training.grpo.runtime_defaults` (on CPU
+`use_cpu=True`, `bf16=False`); `overrides` go over everything (any `trl.DPOConfig` field).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training.checkpoints import metrics_callback, save_final
+from training.preferences import EvalLeakError, PreferenceDataError
+
+
+@dataclass(frozen=True)
+class DPOResult:
+    """What a DPO run produced.
+
+    Attributes:
+        checkpoint_dir: `<output_dir>/final`, the trained model and tokenizer.
+        steps: optimizer steps taken.
+        train_rows: pairs trained on.
+        metrics: every logged metrics dict, in order (`loss`, `rewards/margins`, `rewards/accuracies`, ...).
+        train_seconds: wall time of `trainer.train()`.
+    """
+
+    checkpoint_dir: Path
+    steps: int
+    train_rows: int
+    metrics: list[dict[str, Any]]
+    train_seconds: float
+
+
+def run_dpo(
+    pairs: Sequence[Mapping[str, Any]],
+    model_path: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    *,
+    max_steps: int = 100,
+    learning_rate: float = 5e-7,
+    beta: float = 0.1,
+    batch_size: int = 8,
+    max_length: int = 1024,
+    seed: int = 0,
+    on_metrics: Callable[[dict[str, Any]], None] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> DPOResult:
+    """Train with TRL's DPO loss on preference pairs, against the starting model as reference.
+
+    Args:
+        pairs: rows with `prompt`, `chosen` and `rejected` (TRL's conversational preference format), e.g.
+            `training.preferences.build_preference_pairs(...).pairs` or the exported `preferences_train` file;
+            other columns are ignored.
+        model_path: a model directory or hub id: the policy to train and, loaded again, the reference.
+        output_dir: the run folder; the model lands in `<output_dir>/final`.
+        max_steps: optimizer steps.
+        learning_rate: peak learning rate (DPO on real models: ~5e-7..5e-6; a tiny random model needs ~1e-2).
+        beta: the DPO temperature: how far the policy may move from the reference.
+        batch_size: pairs per device per step.
+        max_length: longest tokenized prompt + completion; TRL truncates the rest and drops a pair whose prompt
+            alone fills it.
+        seed: seed for data order and dropout.
+        on_metrics: called with each logged metrics dict as training goes.
+        overrides: any `trl.DPOConfig` fields, applied last.
+
+    Returns:
+        A `DPOResult`.
+
+    Raises:
+        EvalLeakError: a pair is marked `split="eval"`.
+        PreferenceDataError: no pairs, or a bad number or override.
+
+    Example:
+        >>> pairs = build_preference_pairs(rollouts, train_tasks, split="train", source="demo").pairs  # doctest: +SKIP
+        >>> run_dpo(pairs, sft_dir, "runs/dpo", max_steps=200).checkpoint_dir  # doctest: +SKIP
+        PosixPath('runs/dpo/final')
+    """
+    leaked = [row.get("task_id") for row in pairs if row.get("split") == "eval"]
+    if leaked:
+        raise EvalLeakError(
+            f"{len(leaked)} eval-split pair(s), e.g. task {leaked[0]}: pairs from eval tasks are for evaluating a "
+            "preference model, never for training; train on the split='train' pairs (preferences_train)"
+        )
+    if not pairs:
+        raise PreferenceDataError("no preference pairs to train on; see preference_pairs' task outcomes for why")
+    if max_steps < 1 or batch_size < 1 or not (math.isfinite(learning_rate) and learning_rate > 0):
+        raise PreferenceDataError(
+            f"max_steps ({max_steps}) and batch_size ({batch_size}) must be >= 1 and learning_rate "
+            f"({learning_rate}) > 0"
+        )
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    from training.grpo import runtime_defaults
+
+    output = Path(output_dir)
+    settings: dict[str, Any] = {
+        **runtime_defaults(prefer_vllm=False),
+        "output_dir": str(output),
+        "max_steps": max_steps,
+        "learning_rate": learning_rate,
+        "beta": beta,
+        "per_device_train_batch_size": batch_size,
+        "max_length": max_length,
+        "seed": seed,
+        "logging_steps": 1,
+        "save_strategy": "no",
+    }
+    settings.update(overrides or {})
+    try:
+        config = DPOConfig(**settings)
+    except TypeError as exc:
+        raise PreferenceDataError(f"overrides: {exc}; use trl.DPOConfig field names") from None
+    model_name = os.fspath(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_name)
+    # Only the three columns TRL reads: the verdict columns may hold nulls that Arrow cannot type.
+    rows = [{key: list(row[key]) for key in ("prompt", "chosen", "rejected")} for row in pairs]
+    callback = metrics_callback(on_metrics)
+    trainer = DPOTrainer(
+        model=model_name,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[callback],
+    )
+    started = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - started
+    return DPOResult(
+        checkpoint_dir=save_final(trainer, tokenizer, output, use_lora=False),
+        steps=trainer.state.global_step,
+        train_rows=len(rows),
+        metrics=list(callback.history),
+        train_seconds=seconds,
+    )
