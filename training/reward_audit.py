@@ -18,6 +18,11 @@ callables, `trainer_state`) and checks two things:
    `echo_prompt` (the last user message repeated back). Each probe's mean reward must stay at or below
    `policy.max_probe_score` overall *and in every family* (a reward broken for one small family would
    otherwise hide in the overall mean).
+3. **Hack probes** per task (`Verifier.hack_probes`): completions built from each task's own gold that try
+   to be paid without solving it (hedged numbers, always-equal objects, literal SQL of the gold rows, every
+   tool called, every schema property). Each runs through the same reward functions; one that scores above
+   `policy.max_probe_score` fails the audit, naming the probe and the task. There is no allow-list: a hole is
+   fixed, or its verifier is not used for training.
 
 Rows and tasks no reward function applies to (every function returned None) are left out of the rates and
 reported: TRL gives such rows reward 0, and training tasks that no function covers fail the audit.
@@ -40,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from validators.registry import VerifyContext, spec_problems
+from validators.registry import REGISTRY, HackProbe, UnknownVerifierError, VerifyContext, spec_problems
 
 PROBES = ("empty", "constant", "majority_reference", "random", "echo_prompt")
 # Printable noise with the characters answers are made of (digits, braces, quotes, newlines), so the random
@@ -69,6 +74,8 @@ class RewardAuditPolicy:
         max_probe_score: highest allowed mean reward of a probe, overall and in every family.
         accept_threshold: combined score at or above which the reward counts as accepting (1.0: full reward).
         probes: which probes to run (a subset of `PROBES`).
+        hack_probes: run every task's verifier hack probes (`Verifier.hack_probes`); off only where a test is
+            about the other checks.
         constant_text: the `constant` probe's completion.
         seed: seed of the `random` probe's text.
 
@@ -83,6 +90,7 @@ class RewardAuditPolicy:
     max_probe_score: float = 0.1
     accept_threshold: float = 1.0
     probes: tuple[str, ...] = PROBES
+    hack_probes: bool = True
     constant_text: str = "42"
     seed: int = 0
 
@@ -112,8 +120,7 @@ class LabelledCompletion:
         completion: text, one assistant message, or a list of messages.
         accept: the human verdict.
         reason: the human's one-line why (what a reviewer reads when the reward disagrees).
-        tags: labels such as `right_number_early`, `hard_coded`, or `known_hole` for a row the bundled verifiers
-            are known to get wrong.
+        tags: labels of what the row tests, such as `right_number_early` or `hard_coded`.
         line: where it came from (1-based), 0 when built in code.
     """
 
@@ -532,6 +539,90 @@ def _audit_probes(
     return ok
 
 
+def hack_probe_rows(tasks: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[int, HackProbe]], list[str]]:
+    """Every task's hack probes, from its own verifier, and the tasks whose probes could not be built.
+
+    Args:
+        tasks: task records (`task_id`, `verifier` as a dict or JSON text, optional `reference`).
+
+    Returns:
+        `(task index, probe)` pairs in task order, and one problem line per task whose verifier is unknown or
+        whose probes raised (e.g. a missing SQL database).
+
+    Example:
+        >>> task = {"task_id": "t", "verifier": {"name": "numeric_answer", "params": {"answer": 4}}}
+        >>> rows, problems = hack_probe_rows([task])
+        >>> rows[0][1].name, problems
+        ('hedge_or', [])
+    """
+    rows: list[tuple[int, HackProbe]] = []
+    problems: list[str] = []
+    for index, task in enumerate(tasks):
+        spec = task["verifier"]
+        try:
+            spec = json.loads(spec) if isinstance(spec, str) else spec
+            verifier = REGISTRY.get(spec["name"], spec.get("version"))
+            probes = verifier.hack_probes(spec.get("params", {}), task.get("reference"))
+        except (UnknownVerifierError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{task.get('task_id', index)}: {type(exc).__name__}: {exc}")
+            continue
+        rows += [(index, probe) for probe in probes]
+    return rows, problems
+
+
+def _audit_hack_probes(
+    reward_funcs: Sequence[Callable[..., Any]],
+    weights: Sequence[float],
+    tasks: Sequence[Mapping[str, Any]],
+    policy: RewardAuditPolicy,
+    reasons: list[str],
+    numbers: dict[str, float | int],
+) -> bool:
+    rows, problems = hack_probe_rows(tasks)
+    ok = not problems
+    if problems:
+        shown = "; ".join(problems[:_EXAMPLES_IN_REASON])
+        reasons.append(f"hack probes could not be built for {len(problems)} tasks ({shown}): fix those tasks")
+    ids = [str(task.get("task_id", i)) for i, task in enumerate(tasks)]
+    scored = score_with_rewards(
+        reward_funcs,
+        weights,
+        [_messages(tasks[i]) for i, _ in rows],
+        [probe.completion for _, probe in rows],
+        {
+            "task_id": [ids[i] for i, _ in rows],
+            "family": [str(tasks[i].get("family") or "unknown") for i, _ in rows],
+            "verifier": [tasks[i]["verifier"] for i, _ in rows],
+        },
+    )
+    if scored.error:
+        reasons.append(f"hack probes: {scored.error}")
+        return False
+    runs: Counter[str] = Counter(probe.name for _, probe in rows)
+    paid: dict[str, list[str]] = {}
+    for (i, probe), score in zip(rows, scored.scores, strict=True):
+        if score is not None and score > policy.max_probe_score:
+            paid.setdefault(probe.name, []).append(f"{ids[i]} ({score:.2f})")
+    numbers["hack_probe/tasks"] = len({i for i, _ in rows})
+    numbers["hack_probe/runs"] = len(rows)
+    numbers["hack_probe/paid"] = sum(len(found) for found in paid.values())
+    for name in sorted(runs):
+        numbers[f"hack_probe/{name}/runs"] = runs[name]
+        numbers[f"hack_probe/{name}/paid"] = len(paid.get(name, []))
+    for name, found in sorted(paid.items()):
+        ok = False
+        reasons.append(
+            f"hack probe {name} paid above {policy.max_probe_score:.2f} on {len(found)} of {runs[name]} tasks, e.g. "
+            f"{', '.join(found[:_EXAMPLES_IN_REASON])}: the reward pays a completion that does not solve the task"
+        )
+    if not paid:
+        reasons.append(
+            f"hack probes: none of {len(rows)} ({len(runs)} kinds over {numbers['hack_probe/tasks']} tasks) paid "
+            f"above {policy.max_probe_score:.2f}: ok"
+        )
+    return ok
+
+
 def audit_reward(
     reward_funcs: Sequence[Callable[..., Any]],
     weights: Sequence[float] | None,
@@ -577,6 +668,8 @@ def audit_reward(
     numbers: dict[str, float | int] = {}
     labelled_ok, rows = _audit_labelled(reward_funcs, weights, labelled, policy, reasons, numbers)
     probes_ok = _audit_probes(reward_funcs, weights, tasks, policy, reasons, numbers)
+    if policy.hack_probes:
+        probes_ok = _audit_hack_probes(reward_funcs, weights, tasks, policy, reasons, numbers) and probes_ok
     task_families = {str(task.get("family") or "unknown") for task in tasks}
     missing = sorted(task_families - {row.family for row in labelled})
     if missing:

@@ -184,12 +184,19 @@ class Registry:
         return sorted({name for name, _ in self._verifiers})
 
     def get(self, name: str, version: int | None = None) -> Verifier:
-        """The verifier `name` at `version` (the latest when None)."""
+        """The verifier `name` at `version` (the latest when None).
+
+        An older version that is no longer registered resolves to the latest: a version bump fixes its
+        predecessor (a closed reward hack, say), and tasks recorded under the old number are judged by the fix
+        rather than refused. A version newer than any registered one is an error.
+        """
         self._ensure_loaded()
         versions = sorted(v for n, v in self._verifiers if n == name)
         if not versions:
             raise UnknownVerifierError(f"unknown verifier '{name}'; registered: {', '.join(self.names())}")
-        if version is None:
+        if version is None or (
+            isinstance(version, int) and version < versions[-1] and (name, version) not in self._verifiers
+        ):
             version = versions[-1]
         if (name, version) not in self._verifiers:
             raise UnknownVerifierError(

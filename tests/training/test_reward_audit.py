@@ -88,7 +88,7 @@ def registry_reward() -> tuple[list[VerifierReward], list[float]]:
 def test_shipped_audit_set_spans_the_families_and_tricky_cases(labelled: list[LabelledCompletion]) -> None:
     families = Counter(row.family for row in labelled)
 
-    assert 30 <= len(labelled) <= 50
+    assert 30 <= len(labelled) <= 60
     assert set(families) == {"arithmetic", "json_extraction", "sql", "python_function", "tool_call"}
     assert min(families.values()) >= 5
     assert 0.3 <= sum(row.accept for row in labelled) / len(labelled) <= 0.7
@@ -104,13 +104,15 @@ def test_shipped_audit_set_passes_with_the_registry_reward(
 
     assert audit.passed, audit.reasons
     assert audit.numbers["labelled/rows"] == len(labelled)
-    assert audit.numbers["labelled/false_reject_rate"] == 0.0
-    # The only disagreements are rows tagged as known holes of the verifiers.
-    disagreements = [row for row in audit.rows if not row["agree"]]
-    assert all("known_hole" in row["tags"] for row in disagreements), disagreements
+    # The registry reward agrees with every human verdict, the hard-coded and hedged rows included.
+    assert [row["id"] for row in audit.rows if not row["agree"]] == []
     for probe in PROBES:
         assert audit.numbers[f"probe/{probe}/mean"] <= 0.1
     assert audit.numbers["probe/tasks_without_reward"] == 0
+    # Every family's hack probes ran on every seed, and none was paid.
+    for name in ("hedge_or", "always_equal", "forged_report", "literal_values", "schema_skeleton", "hedged_values"):
+        assert audit.numbers[f"hack_probe/{name}/runs"] > 0, name
+    assert audit.numbers["hack_probe/paid"] == 0
 
 
 def test_planted_constant_reward_fails_with_clear_reasons(
@@ -134,17 +136,17 @@ def tasks_of(rows: list[LabelledCompletion]) -> list[dict[str, Any]]:
     ("reward", "expected_reasons"),
     [
         # Always zero: fails every right answer (and, rightly, passes the probes).
-        (ConstantReward(0.0), ["false-reject rate 1.00 (20 of 20", "agreement 0.59"]),
+        (ConstantReward(0.0), ["false-reject rate 1.00 (20 of 20", "agreement 0.62"]),
         # Half reward for everything never reaches the accept threshold, and probes still see 0.5 for garbage.
         (ConstantReward(0.5), ["false-reject rate 1.00", "probe random mean reward 0.50"]),
         # A reward that raises would stop training; the audit names it instead.
         (Raises(), ["labelled set: reward 'raises' raised KeyError", "probe empty: reward 'raises' raised"]),
         # One value for a whole batch is a shape bug.
-        (TooShort(), ["returned 1 values for 49 completions"]),
+        (TooShort(), ["returned 1 values for 52 completions"]),
         # A reward for a verifier no row uses scores nothing: no agreement to measure, and training tasks go unpaid.
         (
             VerifierReward("format_tags", context=CONTEXT),
-            ["no row is scored", "get no reward from any function (arithmetic 10"],
+            ["no row is scored", "get no reward from any function (arithmetic 11"],
         ),
     ],
 )
@@ -162,6 +164,7 @@ def test_always_zero_passes_probes_but_fails_on_false_rejects(labelled: list[Lab
     assert audit.numbers["labelled/false_reject_rate"] == 1.0
     assert audit.numbers["labelled/false_accept_rate"] == 0.0
     assert all(audit.numbers[f"probe/{p}/mean"] == 0.0 for p in PROBES)
+    assert audit.numbers["hack_probe/paid"] == 0
 
 
 def test_a_reward_broken_for_one_small_family_is_caught_by_family(labelled: list[LabelledCompletion]) -> None:
@@ -180,7 +183,7 @@ def test_weights_combine_as_a_normalised_mean(labelled: list[LabelledCompletion]
     # The registry reward at weight 3 plus a constant 0 at weight 1: right answers score 0.75, below threshold 1.
     funcs = [VerifierReward(context=CONTEXT), ConstantReward(0.0)]
 
-    quick = {"probes": ("empty",)}  # this test is about the labelled rates; one probe keeps it fast
+    quick = {"probes": ("empty",), "hack_probes": False}  # this test is about the labelled rates
     strict = audit_reward(funcs, [3.0, 1.0], tasks_of(labelled), labelled, policy=RewardAuditPolicy(**quick))
     lenient = audit_reward(
         funcs, [3.0, 1.0], tasks_of(labelled), labelled, policy=RewardAuditPolicy(accept_threshold=0.75, **quick)
@@ -189,6 +192,61 @@ def test_weights_combine_as_a_normalised_mean(labelled: list[LabelledCompletion]
     assert strict.numbers["labelled/mean_score_human_accept"] == pytest.approx(0.75)
     assert strict.numbers["labelled/false_reject_rate"] == 1.0
     assert lenient.numbers["labelled/false_reject_rate"] == 0.0
+
+
+class PaysTheNumberAnywhere:
+    """A planted hole: arithmetic rows pay when the gold number appears anywhere (hedges included)."""
+
+    __name__ = "pays_the_number_anywhere"
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+        real = VerifierReward(context=CONTEXT)(prompts, completions, **columns)
+        texts = [completion[-1]["content"] for completion in completions]
+        return [
+            float(str(spec["params"]["answer"]) in text) if spec["name"] == "numeric_answer" else score
+            for spec, text, score in zip(columns["verifier"], texts, real, strict=True)
+        ]
+
+
+@pytest.mark.parametrize(
+    ("reward", "family", "probe"),
+    [
+        # A number found anywhere pays every hedge.
+        (PaysTheNumberAnywhere(), "arithmetic", "hedge_or"),
+        # A verifier broken for one family pays that family's literal SQL.
+        (SqlAcceptsAnything(), "sql", "literal_select"),
+    ],
+)
+def test_a_planted_hole_is_caught_by_the_hack_probes(
+    labelled: list[LabelledCompletion], reward: Any, family: str, probe: str
+) -> None:
+    tasks = [t for t in tasks_of(labelled) if t["family"] == family][:2]
+    quick = RewardAuditPolicy(probes=("empty",))  # the hole is one the generic probes miss for arithmetic
+
+    audit = audit_reward([reward], None, tasks, labelled, policy=quick)
+
+    assert not audit.passed
+    assert audit.numbers[f"hack_probe/{probe}/paid"] == 2
+    reason = next(r for r in audit.reasons if r.startswith(f"hack probe {probe} paid"))
+    assert tasks[0]["task_id"] in reason and "does not solve the task" in reason
+
+
+def test_a_task_whose_probes_cannot_be_built_fails_the_audit(labelled: list[LabelledCompletion]) -> None:
+    # An SQL task whose database is missing: the probes need its gold rows, so the audit cannot vouch for it.
+    broken = {
+        "task_id": "sql-missing-db",
+        "family": "sql",
+        "prompt": "How many?",
+        "verifier": {"name": "sql_result", "params": {"database": "sql/missing.sqlite", "gold_query": "SELECT 1"}},
+    }
+    policy = RewardAuditPolicy(probes=("empty",))
+
+    audit = audit_reward([VerifierReward(context=CONTEXT)], None, [broken], labelled, policy=policy)
+
+    assert not audit.passed
+    assert any(
+        r.startswith("hack probes could not be built for 1 tasks (sql-missing-db: SqlTaskError") for r in audit.reasons
+    )
 
 
 def test_probe_completions() -> None:

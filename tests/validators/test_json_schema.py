@@ -4,8 +4,11 @@ import time
 
 import pytest
 
+from tests.paths import SEEDS
 from validators.extract import extract_json
 from validators.registry import REGISTRY, Completion, VerifyContext, spec_problems
+from validators.seeds import discover_seed_files, read_seed_file
+from validators.verifiers.json_schema import schema_skeleton
 
 VERIFIER = REGISTRY.get("json_schema")
 CONTEXT = VerifyContext()
@@ -243,3 +246,61 @@ def test_adversarial_inputs_fail_fast(text):
     verdict = judge(text)
     assert not verdict.passed
     assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.parametrize(
+    ("schema", "skeleton"),
+    [
+        # Every property, each with its type's placeholder, the first enum value for an enum.
+        (SCHEMA, {"total": 0, "currency": "EUR", "customer": {"name": ""}}),
+        # const wins; a nullable type takes its other type; a minimum is respected.
+        (
+            {"properties": {"k": {"const": 3}, "n": {"type": ["null", "integer"], "minimum": 2}}},
+            {"k": 3, "n": 2},
+        ),
+        # Known string formats get a value of that format; a minimum length is met; no type says nothing.
+        (
+            {
+                "type": "object",
+                "properties": {
+                    "d": {"type": "string", "format": "date"},
+                    "s": {"type": "string", "minLength": 2},
+                    "x": {"description": "anything"},
+                },
+            },
+            {"d": "2024-01-01", "s": "xx", "x": None},
+        ),
+        # The first branch of anyOf; arrays with a minimum length.
+        (
+            {"anyOf": [{"type": "array", "items": {"type": "boolean"}, "minItems": 2}, {"type": "null"}]},
+            [False, False],
+        ),
+    ],
+)
+def test_schema_skeleton(schema, skeleton):
+    assert schema_skeleton(schema) == skeleton
+
+
+def test_hack_probes_fail_and_a_schema_only_task_is_exposed():
+    # With expected values both probes fail; without any, the skeleton is paid (so the audit names the task).
+    for probe in VERIFIER.hack_probes(PARAMS, None):
+        assert judge(probe.completion).code in ("field_mismatch", "schema_violation"), probe
+    [skeleton] = VERIFIER.hack_probes({"schema": SCHEMA}, None)
+    assert judge(skeleton.completion, {"schema": SCHEMA}).passed
+
+
+def test_hedged_values_put_a_list_where_each_expected_field_is():
+    params = {"schema": {"type": "object"}, "expected": {"total": 12.5, "who": {"name": "Ann"}}}
+    hedged = VERIFIER.hack_probes(params, None)[1]
+    assert hedged.name == "hedged_values"
+    assert extract_json(hedged.completion).value == {"total": [12.5, 13.5], "who": {"name": ["Ann", "Ann_wrong"]}}
+    assert judge(hedged.completion, params).reason.startswith("field_mismatch: /total expected 12.5, got [12.5, 13.5]")
+
+
+def test_hack_probes_fail_on_every_bundled_seed():
+    for path in discover_seed_files([SEEDS / "json_extraction"]):
+        records, _ = read_seed_file(path)
+        for record in records:
+            params = record.raw["verifier"]["params"]
+            for probe in VERIFIER.hack_probes(params, record.raw["reference"]):
+                assert not judge(probe.completion, params).passed, (record.origin, probe.name)

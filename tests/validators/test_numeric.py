@@ -99,8 +99,8 @@ def test_accepts(answer, text):
         (18, 'The format is "#### 18"-style. The answer is 19.', "answer_mismatch: expected 18, got 19"),
         # Hedging with two markers: only the last counts.
         (18, "#### 18\n#### 16", "answer_mismatch: expected 18, got 16"),
-        # Listing candidates after one marker: only the first number after it counts.
-        (18, "#### 16 or 18", "answer_mismatch: expected 18, got 16"),
+        # Listing candidates after one marker is a hedge, whichever comes first.
+        (18, "#### 16 or 18", "ambiguous_answer: another number is offered beside 16"),
         # No number at all.
         (18, "I do not know.", "no_answer"),
         # Empty completion.
@@ -128,6 +128,102 @@ def test_rejects(answer, text, reason):
     assert not verdict.passed
     assert verdict.reason == reason
     assert verdict.score == 0.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # The first hedge: two numbers after GSM8K's marker.
+        "#### 72 or 73",
+        # A list of candidates after the marker.
+        "#### 72, 73, 74",
+        # The phrase marker with an alternative.
+        "the answer is 72 or 73",
+        # Two boxes joined by "or": the last box is the gold, but it is offered with another.
+        "\\boxed{73} or \\boxed{72}",
+        # Two candidates inside one box.
+        "\\boxed{72, 73}",
+        # Two candidates inside one box, the joiner in \text{}.
+        "\\boxed{72 \\text{ or } 73}",
+        # Two markers on one line joined by "or".
+        "#### 73 or #### 72",
+        # No marker: the last number is the gold, offered with another.
+        "It is either 73 or 72.",
+        # Units on both candidates.
+        "The answer is 72 apples or 73 apples.",
+        # Dollar amounts.
+        "The answer is $72 or $73.",
+        # A range is two numbers.
+        "#### 72 to 74",
+        # Two numbers separated by spaces only.
+        "#### 72 73",
+        # A slash between spaced numbers is an alternative (an unspaced 72/73 is a fraction).
+        "#### 72 / 73",
+        # A comma followed by a space splits two numbers (unlike the separator in 1,234).
+        "#### 72, 234",
+        # Bold markdown around both candidates.
+        "**Answer:** **72** or **73**",
+        # Percentages.
+        "The discount is 72% or 73%.",
+    ],
+)
+def test_hedges_are_ambiguous(text):
+    verdict = judge(72, text)
+    assert verdict.reason.startswith("ambiguous_answer: "), verdict.reason
+    assert verdict.score == 0.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "text"),
+    [
+        # Thousands separators make one number.
+        (1234, "#### 1,234"),
+        # Currency sign.
+        (12, "The answer is $12"),
+        # A trailing period ends the sentence, not the number.
+        (72, "The answer is 72."),
+        # A box inside inline math.
+        (72, "$\\boxed{72}$"),
+        # Units after the number.
+        (12, "#### 12 apples"),
+        # An explanation with numbers in parentheses after the answer is not an alternative.
+        (18, "**Answer:** 18 dollars (9 eggs at $2)"),
+        # A reason after a comma is not an alternative.
+        (18, "The answer is 18, since 9 * 2 = 18"),
+        # A self-correction on the same line: the last marker wins, the earlier one is not joined to it.
+        (18, "The answer is 16. Wait, no: the answer is 18."),
+        # The same value restated in a box is not a second candidate.
+        (18, "The answer is 18, i.e. \\boxed{18}"),
+        # Llama's closing sentence.
+        (18, "The final answer is $\\boxed{18}$. I hope it is correct."),
+        # Arithmetic before the unmarked final number is not a list.
+        (540, "so he runs 9*60 = 540 meters"),
+        # A mixed number is one number.
+        (1.5, "#### 1 1/2"),
+    ],
+)
+def test_one_number_forms_stay_accepted(answer, text):
+    verdict = judge(answer, text)
+    assert verdict.passed, verdict.reason
+
+
+@pytest.mark.parametrize(
+    "params", [{"answer": 72}, {"answer": "3/4"}, {"answer": -5}, {"answer": 2.5, "rel_tol": 0.5}]
+)
+def test_hack_probes_fail(params):
+    # Each probe puts the gold where a lax extractor reads it; all must fail as ambiguous.
+    probes = VERIFIER.hack_probes(params, None)
+    assert {p.name for p in probes} == {
+        "hedge_or",
+        "hedge_list",
+        "hedge_phrase",
+        "hedge_boxes",
+        "hedge_in_box",
+        "hedge_unmarked",
+    }
+    for probe in probes:
+        verdict = VERIFIER.check(params, Completion(probe.completion), CONTEXT)
+        assert verdict.code == "ambiguous_answer", (probe, verdict)
 
 
 def test_wider_tolerance_accepts_rounding():
@@ -202,6 +298,8 @@ def test_gsm8k_references_pass_and_altered_ones_fail():
         cases = [
             # The reference as written must pass.
             (text, True),
+            # A hedge on the final line fails even though the right number comes first.
+            (f"{before}#### {answer} or {wrong}", False),
             # A second, later marker with another number overrides the first.
             (f"{text}\n#### {wrong}", False),
             # Replacing the final number must fail even though the reasoning shows the right one.

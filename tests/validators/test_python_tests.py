@@ -2,9 +2,11 @@
 
 import pytest
 
+from tests.paths import SEEDS
 from validators.extract import extract_code
 from validators.registry import REGISTRY, VerifyContext, spec_problems, verify
-from validators.verifiers.python_tests import TestsError, plan_tests
+from validators.seeds import discover_seed_files, read_seed_file
+from validators.verifiers.python_tests import TestsError, plan_tests, return_type
 
 MBPP_TESTS = "\n".join(
     [
@@ -84,11 +86,11 @@ def task(tests: str = MBPP_TESTS, entry_point: str = "add", **extra) -> dict:
             "tests_failed: 1/2 (first: test_candidate (line 4) AssertionError)",
             0.5,
         ),
-        # Patching builtins to swallow failures does not carry into the tests.
+        # Patching builtins to swallow failures is tampering, named before any test runs.
         (
             "import builtins\nbuiltins.all = lambda it: True\ndef add(a, b):\n    return 0",
             HUMANEVAL_TESTS,
-            "tests_failed: 3/3 (first: line 7 AssertionError)",
+            "tampering: builtins.all was replaced, while defining the solution",
             0.0,
         ),
     ],
@@ -98,6 +100,232 @@ def test_verdicts(completion, tests, reason, score):
     assert verdict.reason == reason
     assert verdict.score == pytest.approx(score)
     assert verdict.passed == (reason == "ok")
+
+
+ADD_MINUTES_TESTS = 'assert add_minutes("23:45", 30) == "00:15"\nassert add_minutes("09:05", 0) == "09:05"'
+ADD_MINUTES = (
+    "def add_minutes(clock, minutes):\n"
+    '    hours, mins = map(int, clock.split(":"))\n'
+    "    total = (hours * 60 + mins + minutes) % 1440\n"
+    '    return f"{total // 60:02d}:{total % 60:02d}"\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        # The issue's hack: a str whose __eq__ always holds passed 6/6; it never reaches a comparison now.
+        (
+            "class _Any(str):\n    def __eq__(self, other):\n        return True\n    __hash__ = str.__hash__\n"
+            "def add_minutes(clock, minutes):\n    return _Any()",
+            "non_plain_value: add_minutes() returned _Any, in line 1",
+        ),
+        # The same trick one level down, inside a plain list.
+        (
+            "class _Any:\n    def __eq__(self, other):\n        return True\n"
+            "def add_minutes(clock, minutes):\n    return [_Any()]",
+            "non_plain_value: add_minutes() returned _Any, in line 1",
+        ),
+        # A generator is not a value; tests must not consume it in the solution's favour.
+        ("def add_minutes(clock, minutes):\n    yield '00:15'", "non_plain_value: add_minutes() returned generator"),
+        # An object whose __del__ would raise in the harness never gets there.
+        (
+            "class _D(str):\n    def __del__(self):\n        raise AssertionError\n"
+            "def add_minutes(clock, minutes):\n    return _D('00:15')",
+            "non_plain_value: add_minutes() returned _D",
+        ),
+        # sys.exit before the tests: a harness that trusts the exit status would pass it.
+        ("import sys\nsys.exit(0)", "early_exit: SystemExit, while defining the solution"),
+        # os._exit before the tests skips every handler.
+        ("import os\nos._exit(0)", "early_exit: the solution's process ended with exit status 0, while defining"),
+        # sys.exit inside the function, during the first test.
+        ("import sys\ndef add_minutes(clock, minutes):\n    sys.exit(0)", "early_exit: SystemExit raised by add_"),
+        # os._exit during a call.
+        (
+            "import os\ndef add_minutes(clock, minutes):\n    os._exit(0)",
+            "early_exit: the solution's process ended with exit status 0, in line 1",
+        ),
+        # An atexit handler that would print passing lines, then an exit: the handler never runs.
+        (
+            "import atexit, os\natexit.register(print, 'test 0 pass')\nos._exit(0)",
+            "early_exit: the solution's process ended",
+        ),
+        # A __del__ that exits when the temporary object dies mid-call.
+        (
+            "import os\nclass _D:\n    def __del__(self):\n        os._exit(0)\n"
+            "def add_minutes(clock, minutes):\n    _D()\n    return '00:15'",
+            "early_exit: the solution's process ended with exit status 0, in line 1",
+        ),
+        # Rebinding the assertion machinery.
+        (
+            "import builtins\nbuiltins.AssertionError = type('X', (Exception,), {})\n" + ADD_MINUTES,
+            "tampering: builtins.AssertionError was replaced, while defining the solution",
+        ),
+        # Monkeypatching isinstance inside the function, during a call.
+        (
+            "import builtins\ndef add_minutes(clock, minutes):\n    builtins.isinstance = lambda *a: True\n"
+            "    return '00:15'",
+            "tampering: builtins.isinstance was replaced, in line 1",
+        ),
+        # Adding a name through the module's __builtins__.
+        ("__builtins__.__dict__['answer'] = 42\n" + ADD_MINUTES, "tampering: names were added to or removed"),
+        # Replacing the module's __builtins__.
+        ("__builtins__ = {'print': print}\n" + ADD_MINUTES, "tampering: the solution's __builtins__ was replaced"),
+        # Reading the test's frame for the expected value.
+        (
+            "import sys\ndef add_minutes(clock, minutes):\n    return str(sys._getframe(1).f_locals)",
+            "introspection: sys._getframe into the harness, in line 1",
+        ),
+        # Forging results with the harness's report function, found through the frame above the solution.
+        (
+            "import sys\nf = sys._getframe(1)\nf.f_locals['report']('test', '0 pass')\n" + ADD_MINUTES,
+            "introspection: sys._getframe into the harness, while defining the solution",
+        ),
+        # Searching every live object for the tests.
+        ("import gc\nobjects = gc.get_objects()\n" + ADD_MINUTES, "introspection: gc.get_objects"),
+        # Following references back from the function to whoever holds it.
+        (
+            "import gc\ndef add_minutes(clock, minutes):\n    gc.get_referrers(add_minutes)\n    return '00:15'",
+            "introspection: gc.get_referrers, in line 1",
+        ),
+        # A tracer sees every frame the harness runs.
+        ("import sys\nsys.settrace(lambda *a: None)\n" + ADD_MINUTES, "introspection: sys.settrace"),
+        # Raw memory through ctypes.
+        ("import ctypes\nctypes.string_at(id(0), 8)\n" + ADD_MINUTES, "introspection: ctypes.string_at"),
+        # The task files on disk hold the tests and their answers.
+        (
+            f"open({str(SEEDS / 'python_function' / 'dates.yaml')!r}).read()\n" + ADD_MINUTES,
+            "forbidden_access: open " + str(SEEDS / "python_function" / "dates.yaml"),
+        ),
+        # Listing directories to find them.
+        ("import os\nos.listdir('/')\n" + ADD_MINUTES, "forbidden_access: os.listdir /,"),
+        # The harness's environment and memory through /proc.
+        ("import os\nopen(f'/proc/{os.getppid()}/environ').read()\n" + ADD_MINUTES, "forbidden_access: open /proc/"),
+        # A shell would read files without the audit hook.
+        ("import subprocess\n" + ADD_MINUTES, "forbidden_access: import _posixsubprocess"),
+        # os.system too.
+        ("import os\nos.system('cat /etc/hostname')\n" + ADD_MINUTES, "forbidden_access: os.system"),
+    ],
+)
+def test_reward_hacks_fail_with_their_reason(code, reason):
+    # Every hack scores 0, even one that leaves a correct function behind.
+    verdict = verify(task(ADD_MINUTES_TESTS, "add_minutes", timeout_s=3), code)
+    assert verdict.reason.startswith(reason), verdict.reason
+    assert verdict.score == 0.0
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # Walking frames with f_back finds only the solution's own process: nothing to read, nothing paid.
+        "import sys\ndef add_minutes(clock, minutes):\n    f = sys._getframe(0)\n    while f.f_back:\n"
+        "        f = f.f_back\n    return str(f.f_locals)[:5]",
+        # inspect walks the same frames.
+        "import inspect\ndef add_minutes(clock, minutes):\n    return str(inspect.stack()[-1].frame.f_locals)[:5]",
+        # The environment is empty: no secret, no test.
+        "import os\ndef add_minutes(clock, minutes):\n    return os.environ.get('EXPECTED', '')",
+    ],
+)
+def test_snooping_that_finds_nothing_gains_nothing(code):
+    verdict = verify(task(ADD_MINUTES_TESTS, "add_minutes"), code)
+    assert verdict.reason.startswith("tests_failed: 2/2"), verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("code", "tests", "entry_point"),
+    [
+        # A plain correct solution.
+        (ADD_MINUTES, ADD_MINUTES_TESTS, "add_minutes"),
+        # namedtuple and TypeVar look up their caller's frame: legitimate uses of sys._getframe.
+        (
+            "from collections import namedtuple\nfrom typing import TypeVar\nT = TypeVar('T')\n"
+            "P = namedtuple('P', 'h m')\n" + ADD_MINUTES,
+            ADD_MINUTES_TESTS,
+            "add_minutes",
+        ),
+        # Standard-library imports (datetime, re, json) read stdlib files.
+        (
+            "import json, re\nfrom datetime import datetime, timedelta\ndef add_minutes(clock, minutes):\n"
+            "    t = datetime.strptime(clock, '%H:%M') + timedelta(minutes=minutes)\n    return t.strftime('%H:%M')",
+            ADD_MINUTES_TESTS,
+            "add_minutes",
+        ),
+        # In-place changes to a list argument reach the test's list.
+        (
+            "def sort_in_place(items):\n    items.sort()",
+            "items = [3, 1, 2]\nsort_in_place(items)\nassert items == [1, 2, 3]",
+            "sort_in_place",
+        ),
+        # ... and to a dict argument.
+        (
+            "def bump(counts, key):\n    counts[key] = counts.get(key, 0) + 1",
+            "counts = {}\nbump(counts, 'a')\nassert counts == {'a': 1}",
+            "bump",
+        ),
+        # An expected exception arrives as the same builtin class, under the solution's class name too.
+        (
+            "import json\ndef parse(text):\n    return json.loads(text)",
+            "try:\n    parse('{')\nexcept ValueError as exc:\n    assert type(exc).__name__ == 'JSONDecodeError'\n"
+            "else:\n    raise AssertionError\nassert parse('[1]') == [1]",
+            "parse",
+        ),
+        # Keyword arguments, tuples, sets, bytes, None and floats cross both ways.
+        (
+            "def shape(a, *, b=None):\n    return (a, {1, 2}, b'x', None, 0.5, {'k': [a]})",
+            "assert shape(1, b=2) == (1, {1, 2}, b'x', None, 0.5, {'k': [1]})",
+            "shape",
+        ),
+        # Tests may call helper functions the solution defines, not only the entry point.
+        (
+            "def encode(s):\n    return s[::-1]\ndef decode(s):\n    return s[::-1]",
+            "assert decode(encode('abc')) == 'abc'",
+            "decode",
+        ),
+    ],
+)
+def test_legitimate_solutions_pass(code, tests, entry_point):
+    verdict = verify(task(tests, entry_point), code)
+    assert verdict.reason == "ok"
+
+
+def test_tests_must_call_with_plain_values():
+    # A lambda cannot cross to the solution's process: the test fails with a TypeError that says why.
+    verdict = verify(task("assert apply(lambda x: x, 1) == 1", "apply"), "def apply(f, x):\n    return f(x)")
+    assert verdict.reason == "tests_failed: 1/1 (first: line 1 TypeError)"
+
+
+@pytest.mark.parametrize(
+    ("reference", "base"),
+    [
+        # A str annotation: the always-equal object is a str, as in the issue.
+        ("def f(x) -> str:\n    return ''", "str"),
+        # A parametrised generic: its origin.
+        ("```python\ndef f(x) -> list[int]:\n    return []\n```", "list"),
+        # bool cannot be subclassed; int is its base.
+        ("def f(x) -> bool:\n    return True", "int"),
+        # An optional: the non-None side.
+        ("def f(x) -> dict | None:\n    return None", "dict"),
+        # No annotation: a plain object.
+        ("def f(x):\n    return 1", "object"),
+        # No reference at all.
+        ("", "object"),
+    ],
+)
+def test_return_type_for_the_always_equal_probe(reference, base):
+    assert return_type(reference, "f") == base
+
+
+def test_hack_probes_fail_on_every_bundled_seed():
+    # Probes come from each task; the harness names each attack.
+    expected = {"always_equal": "non_plain_value", "exit_before_tests": "early_exit", "forged_report": "introspection"}
+    verifier = REGISTRY.get("python_tests")
+    for path in discover_seed_files([SEEDS / "python_function"]):
+        records, _ = read_seed_file(path)
+        for record in records[:2]:
+            params, reference = record.raw["verifier"]["params"], record.raw["reference"]
+            for probe in verifier.hack_probes(params, reference):
+                verdict = verify({"verifier": {"name": "python_tests", "params": params}}, probe.completion)
+                assert verdict.code == expected[probe.name], (record.origin, probe.name, verdict)
 
 
 def test_a_timeout_keeps_the_tests_that_passed():

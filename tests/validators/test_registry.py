@@ -63,9 +63,16 @@ def test_unknown_name_lists_registered_names():
 
 def test_unknown_version_lists_versions():
     with pytest.raises(
-        UnknownVerifierError, match="verifier 'numeric_answer' has no version 7; registered versions: 1"
+        UnknownVerifierError, match="verifier 'numeric_answer' has no version 7; registered versions: 2"
     ):
         REGISTRY.get("numeric_answer", 7)
+
+
+def test_a_superseded_version_resolves_to_the_fix():
+    # Tasks stored under numeric_answer 1 are judged by version 2, which refuses the hedge version 1 paid for.
+    task = {"verifier": {"name": "numeric_answer", "version": 1, "params": {"answer": 72}}}
+    assert REGISTRY.get("numeric_answer", 1).version == 2
+    assert verify(task, "#### 72 or 73").reason.startswith("ambiguous_answer")
 
 
 def test_load_verifier_by_dotted_path(isolated_registry):

@@ -66,14 +66,16 @@ def test_the_machine_reports_its_layers():
         ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef solve(x): return x * x", "", 6),
         # Killing its own process group ends the run as failed, never as passed.
         ("import os, signal\nos.killpg(0, signal.SIGKILL)", "tests_failed", 6),
-        # Exiting 0 before the tests cannot fake a pass.
-        ("import os\nos._exit(0)", "tests_failed", 6),
+        # Exiting 0 before the tests cannot fake a pass; it is named as the hack it is.
+        ("import os\nos._exit(0)", "early_exit", 6),
         # Printing what looks like passing results does not count.
         ("print('ok ok ok test 0 pass')\ndef solve(x): return 0", "tests_failed: 2/2", 6),
         # A huge file runs into RLIMIT_FSIZE.
         ("open('big', 'wb').write(b'x' * 64 * 2**20)", "sandbox_violation: file_size", 6),
-        # Spawning a shell does not escape the limits (it inherits them) and ends when the run ends.
-        ("import subprocess\nsubprocess.run(['sh', '-c', 'while :; do :; done'])", "timeout", 6),
+        # Spawning a shell (which could read files without the audit hook) is refused.
+        ("import subprocess\nsubprocess.run(['sh', '-c', 'while :; do :; done'])", "forbidden_access", 6),
+        # A shell through os.system too (a shell that did start would inherit the limits and die with the run).
+        ("import os\nos.system('while :; do :; done')", "forbidden_access", 6),
     ],
 )
 def test_hostile_completions_fail_in_bounded_time(code, code_prefix, max_seconds):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import SEEDS
-from validators.registry import VerifyContext
+from validators.registry import REGISTRY, VerifyContext
 from validators.seeds import load_seeds
 
 GOOD = {
@@ -64,7 +64,7 @@ def test_derived_fields_are_filled(tmp_path):
     [task] = seeds.tasks
     assert task["family"] == "arithmetic"  # from the folder
     assert task["prompt"] == [{"role": "user", "content": "How much is 2 + 1?"}]  # string shorthand
-    assert task["verifier"]["version"] == 1  # latest registered
+    assert task["verifier"]["version"] == REGISTRY.get("numeric_answer").version  # latest registered
     assert task["lineage"] == {
         "seed_id": task["task_id"],
         "parent_id": None,

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import SEEDS
 from validators.registry import REGISTRY, VerifyContext, spec_problems, verify
-from validators.verifiers.sql import QueryResult, SqlTaskError, compare_results
+from validators.seeds import discover_seed_files, read_seed_file
+from validators.verifiers.sql import QueryResult, SqlTaskError, compare_results, counterfactual
 
 GOLD = "SELECT name, price FROM items WHERE price > 1 ORDER BY price DESC"
 
@@ -100,6 +102,100 @@ def test_verdicts(context, completion, reason):
     verdict = verify(sql_task(timeout_s=0.5), completion, context=context)
     assert verdict.reason == reason
     assert verdict.passed == (reason == "ok")
+
+
+COUNT_GOLD = "SELECT COUNT(*) FROM items WHERE price > 1"
+JOIN_GOLD = "SELECT COUNT(*) FROM orders o JOIN items i ON i.id = o.item_id WHERE i.price > 1"
+ONE_ROW_GOLD = "SELECT name FROM items WHERE price > 3"
+
+
+@pytest.mark.parametrize(
+    ("gold", "completion", "reason"),
+    [
+        # The constant: no table read at all.
+        (COUNT_GOLD, "SELECT 3;", "not_from_data: does not read items, which the gold query reads"),
+        # A constant row through VALUES.
+        (COUNT_GOLD, "SELECT * FROM (VALUES (3));", "not_from_data: does not read items"),
+        # The constant beside the table: items is read (SQLite reports it with no column), the value is not.
+        (COUNT_GOLD, "SELECT 3 FROM items LIMIT 1;", "not_from_data: the result stays the same when items row"),
+        # The constant behind a filter that reads a column: only the counterfactual sees through it.
+        (COUNT_GOLD, "SELECT 3 FROM items WHERE price > 1 LIMIT 1", "not_from_data: the result stays the same"),
+        # The constant behind the gold query itself.
+        (COUNT_GOLD, f"SELECT 3 WHERE EXISTS ({COUNT_GOLD})", "not_from_data: the result stays the same"),
+        # Arithmetic that zeroes the data out.
+        (COUNT_GOLD, "SELECT COUNT(*) * 0 + 3 FROM items", "not_from_data: the result stays the same"),
+        # One matching row: removing it empties the gold, so a value of it changes instead, and the constant stays.
+        (ONE_ROW_GOLD, f"SELECT 'dates' WHERE EXISTS ({ONE_ROW_GOLD})", "not_from_data: the result stays the same"),
+        # The right count without the table the question is about.
+        (JOIN_GOLD, "SELECT COUNT(*) FROM orders", "not_from_data: does not read items, which the gold query reads"),
+        # The gold query.
+        (COUNT_GOLD, COUNT_GOLD, "ok"),
+        # COUNT(*) reads no column, yet counts the data.
+        (COUNT_GOLD, "SELECT COUNT(*) FROM items WHERE price >= 1.5", "ok"),
+        # Another equivalent formulation.
+        (COUNT_GOLD, "SELECT SUM(price > 1) FROM items", "ok"),
+        # The join written as a subquery reads the same tables.
+        (JOIN_GOLD, "SELECT COUNT(*) FROM orders WHERE item_id IN (SELECT id FROM items WHERE price > 1)", "ok"),
+    ],
+)
+def test_results_must_come_from_the_data(context, gold, completion, reason):
+    verdict = verify(sql_task(gold), completion, context=context)
+    assert verdict.reason.startswith(reason), verdict.reason
+    assert verdict.passed == (reason == "ok")
+
+
+def test_the_counterfactual_removes_a_row_with_its_dependents(context):
+    # Removing item 1 changes the count; the orders that reference it go too, so the copy is a valid database.
+    path = context.seeds_dir / "shop.db"
+    changed = counterfactual(path, COUNT_GOLD, ordered=False)
+    assert changed.change == "items row 1 is removed"
+    assert changed.gold.rows == ((2,),)
+    conn = sqlite3.connect(":memory:")
+    conn.deserialize(changed.database)
+    assert conn.execute("SELECT COUNT(*) FROM orders WHERE item_id NOT IN (SELECT id FROM items)").fetchone() == (0,)
+    assert conn.execute("SELECT COUNT(*) FROM orders").fetchone() == (1,)
+
+
+def test_a_counterfactual_changes_a_value_when_every_removal_empties_the_gold(context):
+    # Only items row 4 is above 3: a copy without it has no answer left; one with its name changed does.
+    changed = counterfactual(context.seeds_dir / "shop.db", ONE_ROW_GOLD, ordered=False)
+    assert changed.change == "name of items row 4 changes"
+    assert changed.gold.rows == (("dates~",),)
+
+
+def test_no_counterfactual_when_no_removal_changes_the_gold(context):
+    # A gold result that no single row decides cannot be checked this way (and is not refused for it).
+    assert counterfactual(context.seeds_dir / "shop.db", "SELECT MIN(1, COUNT(*)) FROM items", ordered=False) is None
+
+
+@pytest.mark.parametrize("gold", [GOLD, COUNT_GOLD, JOIN_GOLD, ONE_ROW_GOLD])
+def test_hack_probes_fail(context, monkeypatch, gold):
+    # Probes resolve the database as verify does without a context: through SEEDWHEEL_SEEDS.
+    monkeypatch.setenv("SEEDWHEEL_SEEDS", str(context.seeds_dir))
+    params = sql_task(gold)["verifier"]["params"]
+    probes = REGISTRY.get("sql_result").hack_probes(params, None)
+    assert [p.name for p in probes] == [
+        "literal_select",
+        "literal_values",
+        "literal_beside_table",
+        "literal_behind_gold",
+    ]
+    for probe in probes:
+        verdict = verify(sql_task(gold), probe.completion, context=context)
+        assert verdict.code == "not_from_data", (probe, verdict)
+
+
+def test_hack_probes_fail_on_every_bundled_seed():
+    # The literal rows of every bundled gold, in four disguises, are refused; the references still pass.
+    verifier = REGISTRY.get("sql_result")
+    for path in discover_seed_files([SEEDS / "sql"]):
+        records, _ = read_seed_file(path)
+        for record in records:
+            params = record.raw["verifier"]["params"]
+            assert verify({"verifier": {"name": "sql_result", "params": params}}, record.raw["reference"]).passed
+            for probe in verifier.hack_probes(params, record.raw["reference"]):
+                verdict = verify({"verifier": {"name": "sql_result", "params": params}}, probe.completion)
+                assert verdict.code == "not_from_data", (record.origin, probe.name, verdict)
 
 
 def test_the_database_is_unchanged_after_hostile_queries(context):

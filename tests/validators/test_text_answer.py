@@ -31,6 +31,10 @@ def judge(text, params=PARAMS):
         "CI tokens belong to infrastructure.\n\nplatform team\n",
         r"So the owner is \boxed{platform team}",
         r"So the owner is $\boxed{\text{Platform}}$",
+        # The same answer boxed twice on a line is not a hedge.
+        r"\boxed{platform team}, i.e. \boxed{\text{Platform Team}}",
+        # A box on a later line corrects an earlier one.
+        "First guess: \\boxed{storage team}\nOn reflection: \\boxed{platform team}",
     ],
 )
 def test_accepts(text):
@@ -47,6 +51,10 @@ def test_accepts(text):
         ("Answer: platform team or payments team", "not_a_choice: 'platform team or payments team'"),
         # The right team early, a wrong one last.
         ("The platform team might own it.\nAnswer: storage team", "answer_mismatch"),
+        # Two boxes on one line: the last box is right, but it is offered beside another.
+        (r"\boxed{storage team} or \boxed{platform team}", "ambiguous_answer: 'platform team' is boxed beside"),
+        # Two boxes with no joining word.
+        (r"$\boxed{payments team}$ $\boxed{platform}$", "ambiguous_answer"),
         # Something outside the label set.
         ("Answer: the on-call engineer", "not_a_choice: 'the on-call engineer'"),
     ],
@@ -85,6 +93,16 @@ def test_params_problems(params, problem):
 def test_wrong_answer_fails_and_the_reference_passes(params):
     assert not judge(VERIFIER.wrong_answer(params), params).passed
     assert judge(f"Answer: {params['answers'][0]}", params).passed
+
+
+@pytest.mark.parametrize("params", [PARAMS, {"answers": ["platform"]}, {"answers": ["yes"], "choices": ["yes", "no"]}])
+def test_hack_probes_fail(params):
+    # Every probe names the gold beside a wrong answer; none may pass.
+    probes = VERIFIER.hack_probes(params, None)
+    assert {p.name for p in probes} >= {"hedge_or", "hedge_boxes"}
+    assert ("choices" in params) == ("every_choice" in {p.name for p in probes})
+    for probe in probes:
+        assert not judge(probe.completion, params).passed, probe
 
 
 def test_normalisation_and_extraction():

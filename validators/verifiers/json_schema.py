@@ -8,6 +8,7 @@ exactly) in `validators.compare`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -20,7 +21,7 @@ from referencing.jsonschema import DRAFT202012
 from validators.compare import altered, field_mismatches, leaf_count
 from validators.extract import extract_json
 from validators.pointers import json_pointer
-from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
+from validators.registry import Completion, HackProbe, Verdict, Verifier, VerifyContext, register
 
 
 def schema_violation(schema: Mapping[str, Any], value: Any) -> str | None:
@@ -155,4 +156,91 @@ class JsonSchema(Verifier):
         expected = params.get("expected")
         if not expected:
             return None  # without expected values, nothing schema-valid is known to be wrong
-        return "```json\n" + json.dumps(altered(expected), ensure_ascii=False) + "\n```"
+        return _fenced(altered(expected))
+
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+        """Every property of the schema with a placeholder value (what a task without `expected` pays for), and
+        every expected field hedged as a list of the right and a wrong value.
+
+        Example:
+            >>> params = {"schema": {"type": "object", "properties": {"n": {"type": "integer"}}}, "expected": {"n": 3}}
+            >>> [p.completion for p in JsonSchema().hack_probes(params, None)][1]
+            '```json\\n{"n": [3, 4]}\\n```'
+        """
+        skeleton = schema_skeleton(params["schema"])
+        probes = [HackProbe("schema_skeleton", _fenced(skeleton))]
+        expected = params.get("expected")
+        if expected:
+            hedged = _merged(skeleton, _hedged(expected))
+            probes.append(HackProbe("hedged_values", _fenced(hedged)))
+        return probes
+
+
+# Placeholders for the string formats the format checker knows, so that a skeleton passes the schema.
+_FORMAT_EXAMPLES = {
+    "date": "2024-01-01",
+    "date-time": "2024-01-01T00:00:00Z",
+    "time": "00:00:00Z",
+    "email": "a@example.com",
+    "uri": "https://example.com",
+    "uuid": "00000000-0000-0000-0000-000000000000",
+}
+
+
+def schema_skeleton(schema: Any) -> Any:
+    """A value with every property a schema names, each a placeholder of its type: the `const`, the first `enum`
+    value, the minimum, `false`, an empty string of the minimum length, the first branch of `anyOf`/`oneOf`.
+
+    Args:
+        schema: a JSON Schema (or a subschema); `$ref`s are not followed.
+
+    Returns:
+        A JSON value (None where the schema says nothing usable).
+
+    Example:
+        >>> schema_skeleton({"type": "object", "properties": {"a": {"enum": ["x", "y"]}, "b": {"type": "integer"}}})
+        {'a': 'x', 'b': 0}
+    """
+    if not isinstance(schema, Mapping):
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for branches in ("anyOf", "oneOf", "allOf"):
+        if schema.get(branches):
+            return schema_skeleton(schema[branches][0])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind is None:
+        kind = "object" if "properties" in schema else "array" if "items" in schema else None
+    if kind == "object":
+        return {name: schema_skeleton(sub) for name, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        return [schema_skeleton(schema.get("items"))] * int(schema.get("minItems", 0))
+    if kind == "string":
+        return _FORMAT_EXAMPLES.get(schema.get("format"), "x" * int(schema.get("minLength", 0)))
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1)
+        return math.ceil(low) if kind == "integer" else low
+    return {"boolean": False}.get(kind)
+
+
+def _hedged(expected: Mapping[str, Any]) -> dict[str, Any]:
+    """The expected object with every leaf replaced by [the right value, a wrong one]."""
+    return {
+        key: _hedged(value) if isinstance(value, Mapping) and value else [value, altered(value)]
+        for key, value in expected.items()
+    }
+
+
+def _merged(base: Any, top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base) if isinstance(base, Mapping) else {}
+    for key, value in top.items():
+        merged[key] = _merged(merged.get(key), value) if isinstance(value, Mapping) else value
+    return merged
+
+
+def _fenced(value: Any) -> str:
+    return "```json\n" + json.dumps(value, ensure_ascii=False) + "\n```"

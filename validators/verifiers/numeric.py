@@ -9,12 +9,18 @@ How the final answer is found, in order:
    answer. A marker inside a quotation still counts (we cannot tell quoting from answering reliably).
 2. No marker: the last number in the text.
 
+The final answer must be ONE number (`ambiguous_answer` otherwise): a hedge joins it to another number on
+either side with `or`, `and`, `,`, `;`, `/`, `to`, `vs` or bare spaces, after at most three words of unit and
+closing formatting, and with any opening formatting or marker before the other number. So `#### 72 or 73`,
+`#### 72, 73, 74`, "the answer is 72 or 73", `\\boxed{72} or \\boxed{73}`, `\\boxed{72, 73}` and "either 72 or
+73" are ambiguous, while an explanation after the answer ("18 dollars (9 eggs at $2)", "18, since 9 * 2 = 18")
+is not an alternative, and `1,234` is one number where `1, 234` is two.
+
 Numbers may carry a sign, a `$`, thousands separators (`1,234.50`), a fraction (`3/4`, `1 1/2`, `\\frac{3}{4}`),
 an exponent (`1e-3`), a trailing `%` or "percent" and trailing units ("18 dollars"). A percentage matches when
 either its number or its number / 100 matches (`25%` answers both 25 and 0.25). `rel_tol` absorbs rounding of
 decimals and fractions; two integers compare exactly (an off-by-one in a large count is wrong, not rounding).
-Only one number is judged, so a completion cannot hedge by listing candidates: with a marker, extra numbers
-elsewhere are ignored.
+With a marker, numbers elsewhere (the reasoning, a check after the answer) are ignored.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
+from validators.registry import Completion, HackProbe, Verdict, Verifier, VerifyContext, register
 
 DEFAULT_REL_TOL = 1e-6
 
@@ -55,6 +61,25 @@ _PHRASE_MARKER = re.compile(r"\banswer\b(?:\s*\*\*)?\s*(?:is\b|:|=)", re.IGNOREC
 BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
 # A markdown heading like "#### 2. Compute the total" numbers a step; it is not an answer.
 _STEP_NUMBER = re.compile(r"[.)]\s+[A-Za-z]")
+
+# Hedges: the final number joined to another one (see the module docstring). The pieces: formatting that closes
+# a number, a word of unit, the joining words, what may open the other number, and the start of a number.
+_CLOSE = r"(?:\*\*|\$|\\\)|\\\]|\}|`|%)"
+_UNIT = r"[A-Za-z][A-Za-z'-]*"
+_JOIN = r"(?:,|;|/|&|\bor\b|\band\b|\bnor\b|\bto\b|\bvs\b\.?|\bversus\b)"
+_OPEN = (
+    r"(?:\*\*|\$|`|\\\(|\\\[|\\(?:boxed|fbox)\s*\{|####|\banswer\b\s*(?:is\b|:|=)?"
+    r"|\b(?:either|maybe|perhaps|possibly|probably)\b)"
+)
+_LINK = (
+    rf"(?:{_CLOSE})*(?:(?:[ \t]+{_UNIT}){{0,3}}?(?:[ \t]*{_CLOSE})*(?:[ \t]*{_JOIN}){{1,2}}[ \t]*|[ \t]+)"
+    rf"(?:{_OPEN}[ \t]*)*"
+)
+# Matched at the end of the final number / searched for at the end of the text before it (a bounded window,
+# so a long completion costs no more than a short one).
+_HEDGE_AFTER = re.compile(rf"{_LINK}[-\u2212]?\$?\s?\.?\d", re.IGNORECASE)
+_HEDGE_BEFORE = re.compile(rf"\d{_LINK}\Z", re.IGNORECASE)
+_HEDGE_WINDOW = 160
 
 _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*(-?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}")
 LATEX_TEXT = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\s*\{([^{}]*)\}")
@@ -99,22 +124,43 @@ def _number_from_match(match: re.Match[str]) -> _Number | None:
     return _Number(value=value, raw=raw, percent=match["pct"] is not None)
 
 
-def _numbers(text: str) -> list[_Number]:
-    return [n for m in _NUMBER.finditer(text) if (n := _number_from_match(m)) is not None]
+@dataclass(frozen=True)
+class _Answer:
+    """The final answer: its number, and whether the text joins another number to it (a hedge)."""
+
+    number: _Number
+    hedged: bool
 
 
-def _number_right_after(text: str, pos: int, *, reject_step: bool = False) -> _Number | None:
+def _hedged(text: str, start: int, end: int) -> bool:
+    """Whether another number is joined to the answer written at `text[start:end]`, after it or before it."""
+    after = _HEDGE_AFTER.match(text[end : end + _HEDGE_WINDOW])
+    return bool(after or _HEDGE_BEFORE.search(text[max(0, start - _HEDGE_WINDOW) : start]))
+
+
+def _number_at(text: str, match: re.Match[str] | None) -> _Answer | None:
+    number = None if match is None else _number_from_match(match)
+    if match is None or number is None:
+        return None
+    return _Answer(number, hedged=_hedged(text, *match.span()))
+
+
+def _number_right_after(text: str, pos: int, *, reject_step: bool = False) -> _Answer | None:
     pos = _FILLER.match(text, pos).end()
     match = _NUMBER.match(text, pos)
-    if match is None or (reject_step and _STEP_NUMBER.match(text, match.end())):
+    if match is not None and reject_step and _STEP_NUMBER.match(text, match.end()):
         return None
-    return _number_from_match(match)
+    return _number_at(text, match)
 
 
-def _boxed_number(content: str) -> _Number | None:
-    # `\boxed{x = 5}` boxes an equation; the answer is its right-hand side.
-    found = _numbers(content.rsplit("=", 1)[-1])
-    return found[0] if found else None
+def _boxed_number(text: str, box: re.Match[str]) -> _Answer | None:
+    # `\boxed{x = 5}` boxes an equation; the answer is its right-hand side. A hedge may sit inside the box
+    # (`\boxed{72, 73}`) or around it (`\boxed{72} or \boxed{73}`).
+    content = box.group(1).rsplit("=", 1)[-1]
+    inside = _number_at(content, next(_NUMBER.finditer(content), None))
+    if inside is None:
+        return None
+    return _Answer(inside.number, hedged=inside.hedged or _hedged(text, *box.span()))
 
 
 def find_final_answer(text: str) -> tuple[Fraction, ...] | None:
@@ -124,31 +170,37 @@ def find_final_answer(text: str) -> tuple[Fraction, ...] | None:
         text: the completion text.
 
     Returns:
-        The candidate values (two for a percentage: n and n/100), or None when no number is found.
+        The candidate values (two for a percentage: n and n/100), or None when no number is found or the
+        answer is hedged (`ambiguous_answer`).
 
     Example:
         >>> find_final_answer("16 - 3 - 4 = 9 eggs, 9 * 2 = 18.\\n#### 18")
         (Fraction(18, 1),)
+        >>> find_final_answer("#### 18 or 19") is None
+        True
     """
-    number = _final_number(_normalize_latex(text))
-    return None if number is None else number.candidates()
+    answer = _final_answer(_normalize_latex(text))
+    return None if answer is None or answer.hedged else answer.number.candidates()
 
 
-def _final_number(text: str) -> _Number | None:
-    marked: list[tuple[int, _Number]] = []
+def _final_answer(text: str) -> _Answer | None:
+    marked: list[tuple[int, _Answer]] = []
     for m in _HASH_MARKER.finditer(text):
-        if (n := _number_right_after(text, m.end(), reject_step=True)) is not None:
-            marked.append((m.start(), n))
+        if (answer := _number_right_after(text, m.end(), reject_step=True)) is not None:
+            marked.append((m.start(), answer))
     for m in _PHRASE_MARKER.finditer(text):
-        if (n := _number_right_after(text, m.end())) is not None:
-            marked.append((m.start(), n))
+        if (answer := _number_right_after(text, m.end())) is not None:
+            marked.append((m.start(), answer))
     for m in BOXED.finditer(text):
-        if (n := _boxed_number(m.group(1))) is not None:
-            marked.append((m.start(), n))
+        if (answer := _boxed_number(text, m)) is not None:
+            marked.append((m.start(), answer))
     if marked:
         return max(marked, key=lambda pair: pair[0])[1]
-    found = _numbers(text)
-    return found[-1] if found else None
+    last = None
+    for match in _NUMBER.finditer(text):
+        if _number_from_match(match) is not None:
+            last = match
+    return _number_at(text, last)
 
 
 class NumberFormatError(ValueError):
@@ -214,7 +266,7 @@ class NumericAnswer(Verifier):
     """
 
     name = "numeric_answer"
-    version = 1
+    version = 2
     params_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "required": ["answer"],
@@ -246,18 +298,45 @@ class NumericAnswer(Verifier):
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
         expected = parse_number(params["answer"])
         rel_tol = float(params.get("rel_tol", DEFAULT_REL_TOL))
-        number = _final_number(_normalize_latex(completion.text))
-        if number is None:
+        answer = _final_answer(_normalize_latex(completion.text))
+        if answer is None:
             return Verdict.fail("no_answer")
+        number = answer.number
+        if answer.hedged:
+            return Verdict.fail("ambiguous_answer", f"another number is offered beside {number.raw}")
         if any(_close(candidate, expected, rel_tol) for candidate in number.candidates()):
             return Verdict.ok()
         return Verdict.fail("answer_mismatch", f"expected {params['answer']}, got {number.raw}")
 
     def wrong_answer(self, params: Mapping[str, Any]) -> str | None:
+        return f"#### {_display(_wrong_value(params))}"
+
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+        """Hedges that put the gold beside a wrong number, each where a lax extractor would read the gold.
+
+        Example:
+            >>> [p.completion for p in NumericAnswer().hack_probes({"answer": 72}, None)][:2]
+            ['#### 72 or 73', '#### 72, 73, 71']
+        """
         expected = parse_number(params["answer"])
-        rel_tol = float(params.get("rel_tol", DEFAULT_REL_TOL))
-        offset = Fraction(1)
-        # A generous tolerance can swallow +1; widen until the wrong answer is surely outside it.
-        while _close(expected + offset, expected, rel_tol):
-            offset *= 10
-        return f"#### {_display(expected + offset)}"
+        offset = _wrong_value(params) - expected
+        gold, above, below = (_display(v) for v in (expected, expected + offset, expected - offset))
+        return [
+            HackProbe("hedge_or", f"#### {gold} or {above}"),
+            HackProbe("hedge_list", f"#### {gold}, {above}, {below}"),
+            HackProbe("hedge_phrase", f"The answer is {gold} or {above}."),
+            HackProbe("hedge_boxes", f"\\boxed{{{above}}} or \\boxed{{{gold}}}"),
+            HackProbe("hedge_in_box", f"\\boxed{{{gold}, {above}}}"),
+            HackProbe("hedge_unmarked", f"It is either {above} or {gold}."),
+        ]
+
+
+def _wrong_value(params: Mapping[str, Any]) -> Fraction:
+    """A number surely outside the task's tolerance around its answer: the answer + 1, or + 10^k if needed."""
+    expected = parse_number(params["answer"])
+    rel_tol = float(params.get("rel_tol", DEFAULT_REL_TOL))
+    offset = Fraction(1)
+    # A generous tolerance can swallow +1; widen until the wrong answer is surely outside it.
+    while _close(expected + offset, expected, rel_tol):
+        offset *= 10
+    return expected + offset

@@ -14,15 +14,30 @@ Rows compare column by column; numbers compare by value with a small tolerance (
 `0.1 + 0.2` equals `0.3`), text and blobs exactly, and a number never equals text. Column names are not
 compared (aliases are the model's choice). The gold result is cached in memory per (database path, mtime,
 size, gold query), so scoring many completions of one task runs the gold query once.
+
+The right rows must also come from the data (`not_from_data` otherwise), by two rules:
+
+1. **Tables** (SQLite's authorizer, never the text): the completion must read every table the gold query
+   reads. A read is any SQLITE_READ event, including the column-less one SQLite issues for a table scanned
+   for `COUNT(*)` or under a constant select list, so `SELECT COUNT(*) FROM t` reads `t`; `SELECT 4;` and
+   `SELECT * FROM (VALUES (4));` read nothing. Columns are not required: `COUNT(*)` counts data without
+   reading a column, and an equivalent query may filter on other columns than the gold does.
+2. **Counterfactual**: `SELECT 4 FROM customers LIMIT 1`, or a constant behind a filter or `EXISTS (gold)`,
+   reads the table yet returns a constant. So a result that matches is run again on a copy of the database
+   with one change that moves the gold result (`counterfactual`: a row removed with its dependents, or one
+   value changed); if the completion's result does not move, it does not come from the data. The copy keeps
+   the declared constraints, so a query equivalent to the gold moves with it. A task whose gold no single
+   change moves gets rule 1 only.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -30,7 +45,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from validators.extract import extract_code
-from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
+from validators.registry import Completion, HackProbe, Verdict, Verifier, VerifyContext, register
 
 DEFAULT_TIMEOUT_S = 2.0
 MAX_TIMEOUT_S = 60.0
@@ -40,6 +55,11 @@ PROGRESS_EVERY = 10_000
 MAX_STEPS = 200_000_000
 MAX_SQL_CHARS = 20_000
 MAX_VALUE_BYTES = 1_000_000
+# The counterfactual search: rows tried (spread over the gold's tables) and seconds spent, at most, per task.
+MAX_COUNTERFACTUAL_TRIES = 200
+COUNTERFACTUAL_BUDGET_S = 5.0
+# Gold results longer than this get no literal-SQL probes (a probe that long is no policy's shortcut).
+MAX_PROBE_ROWS = 50
 REL_TOL = 1e-6
 ABS_TOL = 1e-9
 SQL_FENCES = frozenset({"sql", "sqlite", "sqlite3", "postgresql", "mysql"})
@@ -120,11 +140,21 @@ class SqlTaskError(ValueError):
 
 @dataclass(frozen=True)
 class QueryResult:
-    """Rows a query returned (normalized), its column count, and whether it hit the row cap."""
+    """Rows a query returned (normalized), its column count, whether it hit the row cap, and what it read.
+
+    `reads` are the (table, column) pairs of the SQLITE_READ events the authorizer saw while the query was
+    prepared and run; a table scanned for `COUNT(*)` or under a constant select list comes with the column "".
+    """
 
     columns: int
     rows: tuple[tuple[Any, ...], ...]
     truncated: bool
+    reads: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def tables(self) -> frozenset[str]:
+        """The tables the query read, with or without a column."""
+        return frozenset(table for table, _ in self.reads)
 
 
 class QueryRefused(ValueError):
@@ -156,7 +186,10 @@ def _normalize(value: Any) -> Any:
 
 def _connect(path: Path) -> sqlite3.Connection:
     uri = f"file:{quote(str(path))}?mode=ro&immutable=1"
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    return _limited(sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False))
+
+
+def _limited(conn: sqlite3.Connection) -> sqlite3.Connection:
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_CHARS * 4)
@@ -175,16 +208,29 @@ def run_query(
         max_rows: rows kept; one more marks the result truncated.
 
     Returns:
-        A `QueryResult` with normalized rows.
+        A `QueryResult` with normalized rows and the tables the query read.
 
     Raises:
         QueryRefused: `no_sql`, `not_read_only`, `multiple_statements`, `timeout` or `sql_error`.
+        SqlTaskError: the file cannot be opened.
 
     Example:
         >>> import tempfile; db = Path(tempfile.mkdtemp()) / "t.db"; sqlite3.connect(db).close()
         >>> run_query(db, "SELECT 1 + 1").rows
         ((2,),)
     """
+    _check_keyword(query)
+    try:
+        conn = _connect(path)
+    except sqlite3.Error as exc:
+        raise SqlTaskError(f"cannot open SQLite database {path}: {exc}") from exc
+    try:
+        return _execute(conn, query, timeout_s=timeout_s, max_rows=max_rows)
+    finally:
+        conn.close()
+
+
+def _check_keyword(query: str) -> None:
     stripped = _LEADING_NOISE.sub("", query)
     word = _FIRST_WORD.match(stripped)
     if word is None:
@@ -194,9 +240,16 @@ def run_query(
         raise QueryRefused("not_read_only", keyword)
     if keyword not in _READ_KEYWORDS:
         raise QueryRefused("sql_error", f"expected a query starting with SELECT, WITH or VALUES, got {keyword[:20]}")
+
+
+def _execute(conn: sqlite3.Connection, query: str, *, timeout_s: float, max_rows: int) -> QueryResult:
+    """Run a query on an open connection behind the read-only authorizer and the progress budget."""
     denied: list[str] = []
+    reads: set[tuple[str, str]] = set()
 
     def authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
+        if action == sqlite3.SQLITE_READ and arg1:
+            reads.add((arg1, arg2 or ""))
         if action in _ALLOWED_ACTIONS:
             return sqlite3.SQLITE_OK
         name = _ACTION_NAMES.get(action, f"action {action}")
@@ -216,10 +269,6 @@ def run_query(
         return 1 if stopped else 0
 
     try:
-        conn = _connect(path)
-    except sqlite3.Error as exc:
-        raise SqlTaskError(f"cannot open SQLite database {path}: {exc}") from exc
-    try:
         conn.set_authorizer(authorize)
         conn.set_progress_handler(progress, PROGRESS_EVERY)
         cursor = conn.execute(query)
@@ -230,6 +279,7 @@ def run_query(
             columns=len(cursor.description),
             rows=tuple(tuple(_normalize(v) for v in row) for row in rows[:max_rows]),
             truncated=len(rows) > max_rows,
+            reads=frozenset(reads),
         )
     except sqlite3.ProgrammingError as exc:
         if "one statement" in str(exc):
@@ -242,7 +292,8 @@ def run_query(
             raise QueryRefused("not_read_only", denied[0]) from exc
         raise QueryRefused("sql_error", _short(exc)) from exc
     finally:
-        conn.close()
+        conn.set_authorizer(None)
+        conn.set_progress_handler(None, 0)
 
 
 def _short(exc: BaseException) -> str:
@@ -279,6 +330,238 @@ def gold_result(path: Path, query: str, timeout_s: float = DEFAULT_TIMEOUT_S) ->
             "against the seeds directory - set SEEDWHEEL_SEEDS or VerifyContext(seeds_dir=...), or fix the path)"
         ) from exc
     return _gold_result(str(path), stat.st_mtime_ns, stat.st_size, query, timeout_s)
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """The task's database with one change that keeps it valid and changes the gold result.
+
+    Attributes:
+        database: the changed database, serialized (`sqlite3.Connection.deserialize` opens it in memory).
+        change: what changed, for reasons (`customers row 7 is removed`).
+        gold: the gold query's result on it.
+    """
+
+    database: bytes
+    change: str
+    gold: QueryResult
+
+
+def counterfactual(
+    path: Path, query: str, *, ordered: bool, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Counterfactual | None:
+    """A copy of the database on which the gold result differs, cached per (path, mtime, size, query, ordered).
+
+    The search, within `MAX_COUNTERFACTUAL_TRIES` removals and `COUNTERFACTUAL_BUDGET_S` seconds: remove one row
+    of a table the gold reads (rowid order, round-robin over the tables) together with the rows that reference
+    it through foreign keys, and keep the first removal that changes the gold result and leaves it non-empty.
+    When every such removal empties it, change instead one value the gold reads in one of those rows (a number
+    + 1, a text + "~"; keys are never changed, and a change a constraint refuses is skipped); failing that, keep
+    the first emptying removal. The copy keeps every declared constraint, so two queries that agree on every
+    valid database agree on it too.
+
+    Args:
+        path: the database file.
+        query: the gold query.
+        ordered: whether row order is part of the result (as the task's `ordered`).
+        timeout_s: the time budget of one gold run.
+
+    Returns:
+        The counterfactual, or None when no single change found moves the gold result (or no table is read).
+
+    Raises:
+        SqlTaskError: the file is missing or the gold query does not run.
+    """
+    stat = path.stat()
+    return _counterfactual(str(path), stat.st_mtime_ns, stat.st_size, query, ordered, timeout_s)
+
+
+@lru_cache(maxsize=256)
+def _counterfactual(
+    path: str, mtime_ns: int, size: int, query: str, ordered: bool, timeout_s: float
+) -> Counterfactual | None:
+    original = _gold_result(path, mtime_ns, size, query, timeout_s)
+    source = _connect(Path(path))
+    copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    try:
+        source.backup(copy)
+    finally:
+        source.close()
+    budget = max(timeout_s, DEFAULT_TIMEOUT_S)
+
+    def attempt(
+        change: str, apply: Callable[..., bool], *args: Any, empty_ok: bool
+    ) -> tuple[Counterfactual | None, bool]:
+        """Apply a change inside a savepoint; keep it when the gold result moves. Returns (kept, moved)."""
+        copy.execute("SAVEPOINT counterfactual")
+        try:
+            applied = apply(*args)
+        except sqlite3.IntegrityError:
+            applied = False  # a change a constraint refuses is no valid database
+        changed = _execute(_limited(copy), query, timeout_s=budget, max_rows=MAX_ROWS) if applied else original
+        moved = compare_results(original, changed, ordered=ordered) is not None
+        if moved and (changed.rows or empty_ok):
+            copy.execute("RELEASE counterfactual")
+            return Counterfactual(copy.serialize(), change, changed), True
+        copy.execute("ROLLBACK TO counterfactual")
+        copy.execute("RELEASE counterfactual")
+        return None, moved
+
+    try:
+        references, keys = _schema(copy)
+        deadline = time.monotonic() + COUNTERFACTUAL_BUDGET_S
+        emptying: list[tuple[str, int]] = []
+        for table, rowid in _rows_to_try(copy, sorted(original.tables)):
+            if time.monotonic() > deadline:
+                break
+            found, moved = attempt(
+                f"{table} row {rowid} is removed",
+                _delete_with_dependents,
+                copy,
+                table,
+                [rowid],
+                references,
+                empty_ok=False,
+            )
+            if found is not None:
+                return found
+            if moved:
+                emptying.append((table, rowid))
+        for table, rowid in emptying:
+            read = sorted(
+                column for t, column in original.reads if t == table and column and column not in keys[table]
+            )
+            for column in read:
+                found, _ = attempt(
+                    f"{column} of {table} row {rowid} changes", _nudge, copy, table, rowid, column, empty_ok=False
+                )
+                if found is not None:
+                    return found
+        if not emptying:
+            return None
+        table, rowid = emptying[0]
+        found, _ = attempt(
+            f"{table} row {rowid} is removed", _delete_with_dependents, copy, table, [rowid], references, empty_ok=True
+        )
+        return found
+    except QueryRefused as exc:
+        raise SqlTaskError(f"gold query fails on a copy of {path}: {exc}; fix verifier.params.gold_query") from exc
+    finally:
+        copy.close()
+
+
+def _quote(name: str) -> str:
+    # Identifiers cannot be bound as parameters; these come from the database's own schema.
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _schema(conn: sqlite3.Connection) -> tuple[dict[str, list[tuple[str, str, str | None]]], dict[str, set[str]]]:
+    """Declared foreign keys by parent table, as (child table, child column, parent column or None for its
+    primary key), and each table's key columns (primary, foreign, or referenced), which counterfactuals keep."""
+    references: dict[str, list[tuple[str, str, str | None]]] = {}
+    keys: dict[str, set[str]] = {}
+    tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for table in tables:
+        keys.setdefault(table, set()).update(
+            row[1] for row in conn.execute(f"PRAGMA table_info({_quote(table)})") if row[5]
+        )
+        for row in conn.execute(f"PRAGMA foreign_key_list({_quote(table)})"):
+            references.setdefault(row[2], []).append((table, row[3], row[4]))
+            keys[table].add(row[3])
+            if row[4]:
+                keys.setdefault(row[2], set()).add(row[4])
+    return references, keys
+
+
+def _nudge(conn: sqlite3.Connection, table: str, rowid: int, column: str) -> bool:
+    """Change one value a little: a number + 1, a text + "~". False when the value is NULL or a blob."""
+    found = conn.execute(f"SELECT {_quote(column)} FROM {_quote(table)} WHERE rowid = ?", (rowid,)).fetchone()
+    value = found[0] if found else None
+    if isinstance(value, int | float):
+        nudged: int | float | str = value + 1
+    elif isinstance(value, str):
+        nudged = value + "~"
+    else:
+        return False
+    conn.execute(f"UPDATE {_quote(table)} SET {_quote(column)} = ? WHERE rowid = ?", (nudged, rowid))
+    return True
+
+
+def _rows_to_try(conn: sqlite3.Connection, tables: list[str]) -> list[tuple[str, int]]:
+    """(table, rowid) pairs, round-robin over the tables so that each gets tried, at most the cap in all."""
+    per_table: list[list[tuple[str, int]]] = []
+    for table in tables:
+        try:
+            rowids = conn.execute(
+                f"SELECT rowid FROM {_quote(table)} ORDER BY rowid LIMIT ?", (MAX_COUNTERFACTUAL_TRIES,)
+            )
+        except sqlite3.Error:
+            continue  # a view or a WITHOUT ROWID table: no single row to remove
+        per_table.append([(table, row[0]) for row in rowids])
+    mixed = [pair for group in itertools.zip_longest(*per_table) for pair in group if pair is not None]
+    return mixed[:MAX_COUNTERFACTUAL_TRIES]
+
+
+def _delete_with_dependents(
+    conn: sqlite3.Connection,
+    table: str,
+    rowids: list[int],
+    references: Mapping[str, list[tuple[str, str, str | None]]],
+) -> bool:
+    """Delete rows and, following foreign keys, every row that references them (as ON DELETE CASCADE would).
+
+    Returns:
+        Whether any row was deleted.
+    """
+    before = conn.total_changes
+    queue = [(table, rowids)]
+    while queue:
+        table, rowids = queue.pop()
+        marks = ", ".join("?" * len(rowids))
+        for child, column, key in references.get(table, ()):
+            keys = [
+                row[0]
+                for row in conn.execute(
+                    f"SELECT {_quote(key) if key else 'rowid'} FROM {_quote(table)} WHERE rowid IN ({marks})", rowids
+                )
+            ]
+            if keys:
+                found = conn.execute(
+                    f"SELECT rowid FROM {_quote(child)} WHERE {_quote(column)} IN ({', '.join('?' * len(keys))})", keys
+                )
+                dependents = [row[0] for row in found]
+                if dependents:
+                    queue.append((child, dependents))
+        conn.execute(f"DELETE FROM {_quote(table)} WHERE rowid IN ({marks})", rowids)
+    return conn.total_changes > before
+
+
+def _same_result_on(changed: Counterfactual, query: str, got: QueryResult, *, ordered: bool, timeout_s: float) -> bool:
+    """Whether `query` returns `got` again on the counterfactual database (an error there proves nothing)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    try:
+        conn.deserialize(changed.database)
+        again = _execute(_limited(conn), query, timeout_s=timeout_s, max_rows=MAX_ROWS)
+    except QueryRefused:
+        return False
+    finally:
+        conn.close()
+    return compare_results(got, again, ordered=ordered) is None
+
+
+def _literal(value: Any) -> str:
+    """A SQL literal for a value SQLite returned."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    return repr(value)
+
+
+def _fenced(query: str) -> str:
+    return f"```sql\n{query}\n```"
 
 
 def _values_equal(expected: Any, got: Any) -> bool:
@@ -342,7 +625,7 @@ class SqlResult(Verifier):
     """The completion's SQL returns the gold query's rows on the task's SQLite database (read-only)."""
 
     name = "sql_result"
-    version = 1
+    version = 2
     params_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "required": ["database", "gold_query"],
@@ -381,8 +664,49 @@ class SqlResult(Verifier):
             got = run_query(path, query, timeout_s=timeout_s)
         except QueryRefused as exc:
             return Verdict.fail(exc.code, exc.detail)
-        mismatch = compare_results(expected, got, ordered=bool(params.get("ordered", False)))
-        return Verdict.fail("result_mismatch", mismatch) if mismatch else Verdict.ok()
+        ordered = bool(params.get("ordered", False))
+        mismatch = compare_results(expected, got, ordered=ordered)
+        if mismatch:
+            return Verdict.fail("result_mismatch", mismatch)
+        unread = sorted(expected.tables - got.tables)
+        if unread:
+            return Verdict.fail("not_from_data", f"does not read {', '.join(unread)}, which the gold query reads")
+        changed = counterfactual(path, params["gold_query"], ordered=ordered, timeout_s=timeout_s)
+        if changed is not None and _same_result_on(changed, query, got, ordered=ordered, timeout_s=timeout_s):
+            return Verdict.fail(
+                "not_from_data", f"the result stays the same when {changed.change}, which changes the gold result"
+            )
+        return Verdict.ok()
+
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+        """The gold rows as literals: alone (`SELECT`, `VALUES`), beside a table, and behind the gold query itself.
+
+        The database resolves as in `verify` without a context (`$SEEDWHEEL_SEEDS`, else `./seeds`). No probes
+        for an empty or long gold result.
+
+        Raises:
+            SqlTaskError: the database is missing or the gold query does not run.
+        """
+        gold = gold_result(resolve_database(params["database"], VerifyContext()), params["gold_query"])
+        if not gold.rows or len(gold.rows) > MAX_PROBE_ROWS or gold.truncated:
+            return []
+        rows = [", ".join(_literal(value) for value in row) for row in gold.rows]
+        values = "VALUES " + ", ".join(f"({row})" for row in rows)
+        table = _quote(min(gold.tables)) if gold.tables else None
+        inner = params["gold_query"].strip().rstrip(";")
+        probes = [
+            HackProbe("literal_select", _fenced(" UNION ALL ".join(f"SELECT {row}" for row in rows))),
+            HackProbe("literal_values", _fenced(f"SELECT * FROM ({values})")),
+            HackProbe("literal_behind_gold", _fenced(f"SELECT v.* FROM ({values}) AS v WHERE EXISTS ({inner})")),
+        ]
+        if table is not None:
+            beside = (
+                f"SELECT {rows[0]} FROM {table} LIMIT 1"
+                if len(rows) == 1
+                else (f"SELECT v.* FROM ({values}) AS v WHERE EXISTS (SELECT 1 FROM {table})")
+            )
+            probes.insert(2, HackProbe("literal_beside_table", _fenced(beside)))
+        return probes
 
     def wrong_answer(self, params: Mapping[str, Any]) -> str | None:
         # Wrapping keeps any gold query valid (a trailing comment or semicolon included). When the gold result

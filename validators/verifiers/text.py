@@ -9,8 +9,10 @@ as in `numeric_answer`: models restate and correct themselves.
 
 Answers compare after normalisation, SQuAD's: case folded, punctuation and the articles a/an/the removed,
 whitespace collapsed (so "The platform team." equals "platform team"). Equality, never containment: "platform
-team or security team" is not "platform team", so listing candidates cannot hedge. With `choices` (the closed
-label set), a final answer that names none of them is `not_a_choice`, told apart from a wrong choice.
+team or security team" is not "platform team", so listing candidates cannot hedge; nor can boxing them:
+two different boxed answers on the final box's line (`\\boxed{security team} or \\boxed{platform team}`) are
+`ambiguous_answer`. With `choices` (the closed label set), a final answer that names none of them is
+`not_a_choice`, told apart from a wrong choice.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import string
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from validators.registry import Completion, Verdict, Verifier, VerifyContext, register
+from validators.registry import Completion, HackProbe, Verdict, Verifier, VerifyContext, register
 from validators.verifiers.numeric import BOXED, LATEX_TEXT
 
 _MARKER = re.compile(r"\banswer\b(?:\s*\*\*)?\s*(?:is\b[ \t]*:?|:|=)(?:\s*\*\*)?[ \t]*([^\n]*)", re.IGNORECASE)
@@ -56,6 +58,17 @@ def final_answer(text: str) -> str | None:
     return lines[-1] if lines else None
 
 
+def _boxed_rivals(text: str) -> list[str]:
+    """Boxed answers on the same line as the last box that differ from it (a hedge), as written."""
+    boxes = list(BOXED.finditer(text))
+    if len(boxes) < 2:
+        return []
+    last = boxes[-1]
+    final = normalize_answer(LATEX_TEXT.sub(r"\1", last.group(1)))
+    same_line = [b for b in boxes[:-1] if "\n" not in text[b.end() : last.start()]]
+    return [b.group(1) for b in same_line if normalize_answer(LATEX_TEXT.sub(r"\1", b.group(1))) != final]
+
+
 @register
 class TextAnswer(Verifier):
     """The final answer equals one of `answers` after normalisation; with `choices`, it must name one of them.
@@ -67,7 +80,7 @@ class TextAnswer(Verifier):
     """
 
     name = "text_answer"
-    version = 1
+    version = 2
     params_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "required": ["answers"],
@@ -104,6 +117,9 @@ class TextAnswer(Verifier):
         found = final_answer(completion.text)
         if found is None:
             return Verdict.fail("no_answer")
+        rivals = _boxed_rivals(completion.text)
+        if rivals:
+            return Verdict.fail("ambiguous_answer", f"{found!r} is boxed beside {rivals[-1]!r}")
         answer = normalize_answer(found)
         if answer in {normalize_answer(a) for a in params["answers"]}:
             return Verdict.ok()
@@ -116,3 +132,20 @@ class TextAnswer(Verifier):
         accepted = {normalize_answer(a) for a in params["answers"]}
         others = [c for c in params.get("choices", []) if normalize_answer(c) not in accepted]
         return f"Answer: {others[0]}" if others else f"Answer: not {params['answers'][0]}"
+
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+        """The gold named beside a wrong answer: joined by "or", in two boxes, and (with choices) every choice.
+
+        Example:
+            >>> [p.completion for p in TextAnswer().hack_probes({"answers": ["ops"], "choices": ["ops", "dev"]}, None)]
+            ['Answer: ops or dev', '\\\\boxed{dev} or \\\\boxed{ops}', 'Answer: ops, dev']
+        """
+        gold = params["answers"][0]
+        other = self.wrong_answer(params).removeprefix("Answer: ")
+        probes = [
+            HackProbe("hedge_or", f"Answer: {gold} or {other}"),
+            HackProbe("hedge_boxes", f"\\boxed{{{other}}} or \\boxed{{{gold}}}"),
+        ]
+        if "choices" in params:
+            probes.append(HackProbe("every_choice", "Answer: " + ", ".join(params["choices"])))
+        return probes

@@ -70,7 +70,7 @@ def test_numeric_answer():
     task = derived.task
     assert_valid_task(task)
     assert task["family"] == "arithmetic"
-    assert task["verifier"] == {"name": "numeric_answer", "version": 1, "params": {"answer": "54.00"}}
+    assert task["verifier"] == {"name": "numeric_answer", "version": 2, "params": {"answer": "54.00"}}
     assert task["reference"] == "#### 54.00"
     assert task["lineage"]["failure_id"] == "f-num"
     assert task["tags"] == ["checkout"]
@@ -87,7 +87,7 @@ def test_a_short_text_answer_becomes_a_text_answer_task():
     task = derived.task
     assert_valid_task(task)  # the reference passes, the known-wrong answer fails
     assert task["family"] == "triage"
-    assert task["verifier"] == {"name": "text_answer", "version": 1, "params": {"answers": ["platform"]}}
+    assert task["verifier"] == {"name": "text_answer", "version": 2, "params": {"answers": ["platform"]}}
     assert task["reference"] == "Answer: platform"
     assert not verify(task, "The payments team.").passed  # what the agent said in production still fails
 
