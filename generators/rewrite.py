@@ -9,9 +9,9 @@ Like a distilabel task, the work is split in two:
 - `format_input` (`LLMRewriter.build_request`): a versioned template per kind (`TEMPLATES`) that puts the
   original user message between delimiters as data, asks for `{"rewritten": "..."}` through a JSON Schema
   (`REWRITE_SCHEMA`, sent as `response_format`), and sends nothing else of the parent.
-- `format_output` (`LLMRewriter.format_output`): parse defensively (servers such as `transformers serve` ignore
-  `response_format`), run cheap checks, and turn every failure into a reject row with a reason code and the raw
-  text, never an exception.
+- `format_output` (`LLMRewriter.format_output`): parse defensively (a server may ignore `response_format`, and
+  an answer cut at max_tokens is incomplete), run cheap checks, and turn every failure into a reject row with a
+  reason code and the raw text, never an exception.
 
 Reject codes (each row keeps `raw`, the model's text or the error body, clipped to `RewriteConfig.raw_max_chars`):
 

@@ -1,14 +1,15 @@
-"""A local OpenAI-compatible model server: `transformers serve` on CPU, `vllm serve` on GPU, on loopback.
+"""A local OpenAI-compatible model server: seedwheel's own (`llm.server`) on CPU, `vllm serve` on GPU, on loopback.
 
 `ModelServer` starts the server as a child process in its own session (so it and everything it spawns form
 one process group), waits until it is ready, exposes `base_url` and `model` for any OpenAI-compatible client,
 and stops the whole group on exit, also when the body of the `with` block raises.
 
+Both backends honour `response_format` JSON schemas (grammar-constrained decoding: llguidance in `llm.server`,
+xgrammar in vLLM), batch concurrent requests and serve `n` > 1.
+
 Readiness: the server is ready when `GET /health` answers 200. Both backends load the model *before* they bind
-the port (`transformers serve MODEL` preloads its pinned model while it starts; vLLM builds its engine before
-it serves), so the first 200 means the model is in memory and the first request pays no loading time.
-`/v1/models` is not used as a probe: without a pinned model `transformers serve` lists the hub cache, which
-can fail (HTTP 500) on a machine that never had one.
+the port (`llm.server` loads it, then starts uvicorn; vLLM builds its engine before it serves), so the first 200
+means the model is in memory and the first request pays no loading time.
 
 The request's `model` must be exactly the name the server was started with; `ModelServer.model` is that name
 (for a local directory: its absolute path).
@@ -52,8 +53,8 @@ from llm import tether
 
 logger = logging.getLogger(__name__)
 
-Backend = Literal["transformers", "vllm"]
-BACKENDS: tuple[str, ...] = ("transformers", "vllm")
+Backend = Literal["seedwheel", "vllm"]
+BACKENDS: tuple[str, ...] = ("seedwheel", "vllm")
 
 # What a server process may inherit from the parent: enough to run Python, find caches and devices, no secrets.
 INHERITED_ENV = (
@@ -117,11 +118,11 @@ class ModelServer:
     Args:
         model: A local model directory (served under its absolute path) or a model id (vLLM, or a cached id).
         log_dir: Folder for the server's log file (created if missing); also the server's working directory.
-        backend: `"transformers"` (`transformers serve`, CPU; needs `transformers[serving]`) or `"vllm"`
+        backend: `"seedwheel"` (`python -m llm.server`: transformers and llguidance, CPU by default) or `"vllm"`
             (`vllm serve`, GPU; needs the `gpu` extra).
         host: Address to bind; loopback by default.
         port: Port to bind; by default a free one is picked (and picked again if another process took it).
-        device: Device for `transformers serve` (`cpu`, `cuda:0`, `auto`); vLLM chooses its own.
+        device: Device for the seedwheel backend (`cpu`, `cuda`, `cuda:1`); vLLM chooses its own.
         startup_timeout_s: How long to wait for `GET /health` to answer 200.
         stop_grace_s: How long `stop` waits after SIGTERM before it sends SIGKILL to the process group.
         offline: Set `HF_HUB_OFFLINE=1` (and friends) in the server's environment; `False` lets it download
@@ -139,7 +140,7 @@ class ModelServer:
         model: str | os.PathLike[str],
         *,
         log_dir: str | os.PathLike[str],
-        backend: Backend = "transformers",
+        backend: Backend = "seedwheel",
         host: str = "127.0.0.1",
         port: int | None = None,
         device: str = "cpu",
@@ -155,7 +156,7 @@ class ModelServer:
             raise ValueError(
                 f"startup_timeout_s ({startup_timeout_s}) must be > 0 and stop_grace_s ({stop_grace_s}) >= 0."
             )
-        self.model: str = _served_name(model)
+        self.model: str = served_name(model)
         self.log_dir = Path(log_dir).expanduser().resolve()
         self.backend: Backend = backend
         self.host = host
@@ -192,8 +193,8 @@ class ModelServer:
             The argument list, run with the current Python interpreter.
 
         Example:
-            >>> ModelServer("/m", log_dir="/tmp", port=8000).command()[3:]  # doctest: +SKIP
-            ['serve', '--device', 'cpu', '--host', '127.0.0.1', '--port', '8000', '/m']
+            >>> ModelServer("/m", log_dir="/tmp", port=8000).command()[1:]  # doctest: +SKIP
+            ['-m', 'llm.server', '--model', '/m', '--host', '127.0.0.1', '--port', '8000', '--device', 'cpu']
         """
         port = str(self.port if self.port is not None else 0)
         if self.backend == "vllm":
@@ -212,17 +213,16 @@ class ModelServer:
         return [
             sys.executable,
             "-m",
-            "transformers.cli.transformers",
-            "serve",
-            "--device",
-            self.device,
+            "llm.server",
+            "--model",
+            self.model,
             "--host",
             self.host,
             "--port",
             port,
+            "--device",
+            self.device,
             *self.extra_args,
-            # The positional model pins the server to it and preloads it before the port opens.
-            self.model,
         ]
 
     def environment(self) -> dict[str, str]:
@@ -255,7 +255,7 @@ class ModelServer:
         self._check_installed()
         # Again at start: the directory may have been built after this object was made, and the server runs in
         # log_dir, where a relative path would point elsewhere.
-        self.model = _served_name(self.model)
+        self.model = served_name(self.model)
         if _looks_like_path(self.model) and not Path(self.model).expanduser().exists():
             raise ModelServerError(
                 f"Model directory {self.model} does not exist. Build one with "
@@ -320,18 +320,11 @@ class ModelServer:
     # --- internals --------------------------------------------------------------------------------------------
 
     def _check_installed(self) -> None:
-        if self.backend == "vllm":
-            if importlib.util.find_spec("vllm") is None:
-                raise MissingServingDependencyError(
-                    "backend='vllm' needs vLLM, which is not installed. On a machine with a CUDA GPU install the "
-                    "`gpu` extra: pip install 'seedwheel[gpu]'. On CPU use backend='transformers'."
-                )
-            return
-        missing = [name for name in ("fastapi", "uvicorn") if importlib.util.find_spec(name) is None]
-        if missing:
+        # The seedwheel backend's packages are seedwheel's own dependencies; only vLLM is an extra.
+        if self.backend == "vllm" and importlib.util.find_spec("vllm") is None:
             raise MissingServingDependencyError(
-                f"`transformers serve` needs {', '.join(missing)}, which is not installed: "
-                "pip install 'transformers[serving]'."
+                "backend='vllm' needs vLLM, which is not installed. On a machine with a CUDA GPU install the "
+                "`gpu` extra: pip install 'seedwheel[gpu]'. On CPU use backend='seedwheel'."
             )
 
     def _launch(self) -> None:
@@ -390,8 +383,19 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _served_name(model: str | os.PathLike[str]) -> str:
-    """A local directory is served under its absolute path, anything else (a model id) as given."""
+def served_name(model: str | os.PathLike[str]) -> str:
+    """The name a server serves `model` under: a local directory's absolute path, anything else (an id) as given.
+
+    Args:
+        model: A model directory or a model id.
+
+    Returns:
+        The name requests must send as `model`.
+
+    Example:
+        >>> served_name("HuggingFaceTB/SmolLM2-135M-Instruct")
+        'HuggingFaceTB/SmolLM2-135M-Instruct'
+    """
     local = Path(model).expanduser()
     return str(local.resolve()) if local.exists() else str(model)
 

@@ -22,7 +22,7 @@ _PARAM_SET = frozenset(PARAM_NAMES)
 # Endpoint-level failures: the request never reached a working server. Timeouts are not among them (a slow
 # server is up), nor are HTTP errors (the server answered).
 CONNECTION_ERRORS = frozenset({"connection_refused", "connection_failed", "connection_error"})
-# Loopback servers (tests, `transformers serve`, a local vLLM) need no key; OpenAI's client insists on one.
+# Loopback servers (tests, `seedwheel serve`, a local vLLM) need no key; OpenAI's client insists on one.
 LOOPBACK_DUMMY_KEY = "sk-no-key-required"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -61,14 +61,14 @@ def is_loopback_url(url: str) -> bool:
 
 @dataclass(frozen=True)
 class EndpointConfig:
-    """Where and how to call an OpenAI-compatible chat endpoint (OpenAI, vLLM, `transformers serve`).
+    """Where and how to call an OpenAI-compatible chat endpoint (OpenAI, vLLM, `seedwheel serve`).
 
     The API key itself is never a field: `api_key_env` names the environment variable that holds it, read
     when an `LLMClient` is built, so configs can be logged, compared and stored without leaking secrets.
 
     Args:
         base_url: the API root, ending in `/v1` for most servers (`http://127.0.0.1:8000/v1`).
-        model: the model name the server expects (for `transformers serve`, the served path).
+        model: the model name the server expects (for `seedwheel serve`, the served directory's absolute path).
         api_key_env: name of the environment variable holding the key. Loopback URLs may leave it unset.
         max_concurrency: requests in flight at once.
         timeout_s: seconds one HTTP attempt may take.
@@ -194,8 +194,8 @@ class ChatRequest:
         messages: chat messages `[{"role": ..., "content": ...}]`, sent as given.
         template_version: version of the prompt template that built the messages; bump it to re-call.
         response_format: a JSON Schema the answer must follow. Sent as OpenAI's
-            `{"type": "json_schema", ...}` (vLLM enforces it; `transformers serve` ignores it, so check answers
-            with `parse_json_response` anyway).
+            `{"type": "json_schema", ...}` (`seedwheel serve` and vLLM enforce it; other servers may ignore it,
+            and an answer cut by `max_tokens` is incomplete, so check answers with `parse_json_response` anyway).
         params: per-request overrides of the config's generation params (`temperature`, `max_tokens`, `seed`,
             `top_p`, `stop`).
         sample: distinguishes repeated samples of the same prompt (part of the cache key; with a `seed`, the

@@ -1,4 +1,4 @@
-"""The `seedwheel` command line: run the flywheel, check seed files, judge and ingest files, open the UI."""
+"""The `seedwheel` command line: run the flywheel, check seed files, judge and ingest files, open the UI, serve."""
 
 from __future__ import annotations
 
@@ -316,3 +316,41 @@ def ui(port: int) -> None:
     dagster = Path(sys.executable).with_name("dagster")
     command = [str(dagster) if dagster.exists() else "dagster", "dev", *target, "-h", UI_HOST, "-p", str(port)]
     os.execvpe(command[0], command, {**os.environ, **settings.environ()})
+
+
+@main.command()
+@click.option("--model", default=None, help="Model directory or hub id. Default: the bundled SmolLM2-135M-Instruct.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every interface).")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--max-batch", type=click.IntRange(min=1), default=16, show_default=True, help="Most rows per batch.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ...")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="torch CPU threads.")
+def serve(model: str | None, host: str, port: int, max_batch: int, device: str, threads: int) -> None:
+    """Serve a model as an OpenAI-compatible endpoint (chat completions, n, JSON-schema outputs) until Ctrl-C.
+
+    One torch thread by default: on cores shared with other work, two measured 5-7x slower than one.
+    Without --model it serves the bundled real model, converted once under the models folder ($SEEDWHEEL_MODELS_DIR,
+    else <home>/models), as the pipeline does. Point any OpenAI client at the printed base URL and model name.
+    """
+    import logging
+
+    from llm.models import MissingBundledModelError, bundled_model
+    from llm.server import ServerConfig
+    from llm.server import serve as serve_model
+
+    if model is None:
+        models_dir = Settings.from_env().models_dir  # where the pipeline's local endpoint converts it too
+        click.echo(f"seedwheel serve: preparing the bundled model under {models_dir}", err=True)
+        try:
+            model = str(bundled_model(models_dir))
+        except MissingBundledModelError as exc:
+            raise click.ClickException(str(exc)) from exc
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    click.echo(f"seedwheel serve: loading {model} on {device}", err=True)
+
+    def announce(base_url: str, name: str) -> None:
+        click.echo(f"seedwheel serve: OpenAI-compatible endpoint at {base_url}")
+        click.echo(f"seedwheel serve: model name {name} (Ctrl-C stops the server)")
+
+    config = ServerConfig(model=model, host=host, port=port, device=device, threads=threads, max_batch=max_batch)
+    serve_model(config, on_loaded=announce)

@@ -15,7 +15,7 @@ from upath import UPath
 from generators.rewrite import REWRITE_KINDS
 from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
 from llm.models import bundled_model, bundled_model_dir
-from llm.serving import ModelServer
+from llm.serving import Backend, ModelServer
 from training.promotion import PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
 from validators.dedup import MinHashConfig
@@ -73,7 +73,7 @@ class LLMEndpoint(dg.ConfigurableResource):
     max_calls: int | None = None
     temperature: float = 0.7
     max_tokens: int = 256
-    local_backend: str = "transformers"
+    local_backend: Backend = "seedwheel"
     cache_dir: str
     models_dir: str  # where the bundled model is converted when `model` is empty
     log_dir: str  # the local server's logs
@@ -120,7 +120,7 @@ class LLMEndpoint(dg.ConfigurableResource):
     @contextmanager
     def _local_server(self) -> Iterator[str]:
         model = self.model or str(bundled_model(self.models_dir))
-        with ModelServer(model, log_dir=self.log_dir, backend=self.local_backend) as server:  # type: ignore[arg-type]
+        with ModelServer(model, log_dir=self.log_dir, backend=self.local_backend) as server:
             yield server.base_url
 
 

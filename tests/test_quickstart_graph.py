@@ -1,4 +1,4 @@
-"""Integration: the whole asset graph on the example seeds, offline, with a real `transformers serve` on loopback,
+"""Integration: the whole asset graph on the example seeds, offline, with a real `seedwheel serve` on loopback,
 on the multiprocess executor.
 
 One materialization is shared by the module's tests (5-10 minutes on 2 cores); the rerun test

@@ -15,7 +15,7 @@ its own verifier) teaches the output format and some of the skill, so that GRPO 
 - **Checkpoints** (shared with GRPO through `training.checkpoints`): `run_sft` resumes from the newest complete
   `checkpoint-N` in `output_dir` and writes the model and tokenizer to `<output_dir>/final` atomically; LoRA
   adapters (peft, optional: `pip install peft`) are merged into it, so `final` is a plain model directory for
-  `training.grpo.run_grpo`, `training.evaluation.sample_and_score` or `transformers serve`.
+  `training.grpo.run_grpo`, `training.evaluation.sample_and_score` or `seedwheel serve`.
 
 Measured on 2 shared CPU cores (tiny Qwen2-style model, hidden 32, batch 4, ~40-token rows): ~0.05-0.1 s a step.
 """

@@ -141,7 +141,7 @@ def build_tiny_model(
 
     Returns:
         The model directory (absolute), loadable with `AutoModelForCausalLM.from_pretrained` and
-        `AutoTokenizer.from_pretrained`, servable with `transformers serve`.
+        `AutoTokenizer.from_pretrained`, servable with `seedwheel serve`.
 
     Example:
         >>> path = build_tiny_model(tmp / "tiny", ["What is 2 + 3?", "5"], hidden_size=32)  # doctest: +SKIP
@@ -252,7 +252,7 @@ def _build_into(directory: Path, spec: TinyModelSpec, texts: list[str]) -> None:
         torch.manual_seed(spec.seed)
         model = Qwen2ForCausalLM(config)
     # Sampling by default, as real chat models ship: greedy decoding of random weights tends to repeat one token
-    # (often whitespace, which `transformers serve` strips to an empty reply). Callers still pass their own.
+    # (often whitespace, which reads as an empty reply). Callers still pass their own.
     model.generation_config = GenerationConfig(
         eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None, do_sample=True, temperature=1.0, top_k=0
     )

@@ -1,7 +1,8 @@
-"""The local model server: a real `transformers serve` on loopback, and its process-group handling.
+"""The local model server's lifecycle: a real `llm.server` on loopback, and its process-group handling.
 
-The real-server tests assert transport, never quality: the tiny model has random weights. The process-group
-tests use a stand-in server (a few lines of Python that answer `/health` and spawn a child) to stay fast.
+The real-server tests assert transport and lifecycle, never quality: the tiny model has random weights (what the
+server answers is tested in test_server.py). The process-group tests use a stand-in server (a few lines of Python
+that answer `/health` and spawn a child) to stay fast.
 """
 
 import socket
@@ -102,19 +103,9 @@ def test_chat_completion_through_openai_client(tiny_model_dir: Path, tmp_path: P
         assert reply.usage.completion_tokens > 0
         assert reply.choices[0].finish_reason in ("stop", "length")
 
-        # `transformers serve` ignores response_format (vLLM enforces it); either way the request succeeds.
-        schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
-        structured = client.chat.completions.create(
-            model=server.model,
-            messages=messages,
-            max_tokens=4,
-            response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}},
-        )
-        assert structured.choices[0].message.role == "assistant"
-
-        with pytest.raises(openai.BadRequestError) as wrong_name:
+        with pytest.raises(openai.NotFoundError) as wrong_name:
             client.chat.completions.create(model="tiny", messages=messages, max_tokens=1)
-        assert "pinned" in wrong_name.value.response.text
+        assert wrong_name.value.code == "model_not_found" and server.model in wrong_name.value.message
         group = server.pid
         assert group_alive(group)
 
@@ -234,10 +225,11 @@ def test_environment_is_offline_and_carries_no_secrets(tmp_path: Path, monkeypat
     assert "OPENAI_API_KEY" not in online
 
 
-def test_transformers_command_pins_the_model(tmp_path: Path) -> None:
+def test_seedwheel_command_serves_the_model_by_its_absolute_path(tmp_path: Path) -> None:
     command = ModelServer(tmp_path, log_dir=tmp_path, port=8123).command()
-    assert command[:4] == [sys.executable, "-m", "transformers.cli.transformers", "serve"]
-    assert command[4:] == ["--device", "cpu", "--host", "127.0.0.1", "--port", "8123", str(tmp_path.resolve())]
+    assert command[:3] == [sys.executable, "-m", "llm.server"]
+    served = str(tmp_path.resolve())
+    assert command[3:] == ["--model", served, "--host", "127.0.0.1", "--port", "8123", "--device", "cpu"]
 
 
 def test_vllm_command_is_built_and_start_names_the_gpu_extra(tmp_path: Path) -> None:
