@@ -11,6 +11,7 @@ from generators.base import GenerationResult
 from generators.programmatic import generate_variants
 from generators.rewrite import rewrite_tasks
 from pipeline.resources import LLMEndpoint, VariantPlan
+from validators.splits import first_per_family
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
@@ -46,7 +47,7 @@ def task_variants(
         started = time.monotonic()
         result.extend(
             rewrite_tasks(
-                parents,
+                [parents[i] for i in first_per_family(parents, plan.rewrite_max_per_family)],
                 kinds=plan.rewrite_kinds,
                 per_kind=plan.rewrites_per_kind,
                 client=client,

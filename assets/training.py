@@ -28,6 +28,7 @@ from training.preferences import DEFAULT_MAX_PAIRS_PER_TASK, PAIR_COLUMNS, build
 from training.reward_audit import audit_reward, load_labelled
 from validators.export import export_split
 from validators.rewards import build_reward_funcs
+from validators.splits import first_per_family
 from validators.tables import atomic_write, frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
 
@@ -174,27 +175,36 @@ def difficulty_profile(
         )
     policy_model = str(sft_checkpoint.loc[0, "checkpoint"])
     k = training.difficulty_k
-    context.log.info(f"sampling {k} completions for each of {len(ids)} training tasks with {policy_model}")
+    records = records_from_frame(train_tasks[list(TASK_FIELDS)])
+    profiled = [records[i] for i in first_per_family(records, training.difficulty_max_per_family)]
+    context.log.info(f"sampling {k} completions for each of {len(profiled)} training tasks with {policy_model}")
     sampled = sample_and_score(
         policy_model,
-        records_from_frame(train_tasks[list(TASK_FIELDS)]),
+        profiled,
         k=k,
         max_new_tokens=training.difficulty_max_new_tokens,
+        temperature=training.difficulty_temperature,
+        batch_size=training.difficulty_batch_size,
         context=seeds.verify_context(),
     )
-    solved = [sum(sampled.passed[task_id]) for task_id in ids["task_id"]]
-    labels = ["never_solved" if n == 0 else "always_solved" if n == k else "learnable" for n in solved]
+    solved = [sum(sampled.passed[task_id]) if task_id in sampled.passed else None for task_id in ids["task_id"]]
+    labels = [
+        "not_profiled" if n is None else "never_solved" if n == 0 else "always_solved" if n == k else "learnable"
+        for n in solved
+    ]
     # The scored samples themselves, kept for preference_pairs.
     rollouts: dict[str, list[dict[str, Any]]] = {}
     for row in sampled.rows:
         rollouts.setdefault(row["task_id"], []).append({name: row[name] for name in ROLLOUT_FIELDS})
     profile = ids.assign(
-        solved=solved,
-        samples=k,
+        solved=pd.Series(solved, dtype=object),
+        samples=[0 if n is None else k for n in solved],
         label=labels,
-        in_grpo_set=[label == "learnable" for label in labels],
+        # Only a profiled task that is always or never solved is known to carry no signal; a task left out of
+        # the profile (over the per-family cap) stays in, as every task does when profiling is off.
+        in_grpo_set=[label in ("learnable", "not_profiled") for label in labels],
         policy=policy_model,
-        rollouts=pd.Series([rollouts[task_id] for task_id in ids["task_id"]], dtype=object),
+        rollouts=pd.Series([rollouts.get(task_id) for task_id in ids["task_id"]], dtype=object),
     )
     by_family = pd.crosstab(profile["family"], profile["label"]).reset_index()
     distribution = Counter(solved)

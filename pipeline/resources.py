@@ -74,6 +74,8 @@ class LLMEndpoint(dg.ConfigurableResource):
     temperature: float = 0.7
     max_tokens: int = 256
     local_backend: Backend = "seedwheel"
+    # torch threads of a local `seedwheel serve`; 1 when other work shares the cores (two spin against each other).
+    local_threads: int = 1
     cache_dir: str
     models_dir: str  # where the bundled model is converted when `model` is empty
     log_dir: str  # the local server's logs
@@ -120,7 +122,8 @@ class LLMEndpoint(dg.ConfigurableResource):
     @contextmanager
     def _local_server(self) -> Iterator[str]:
         model = self.model or str(bundled_model(self.models_dir))
-        with ModelServer(model, log_dir=self.log_dir, backend=self.local_backend) as server:
+        threads = ["--threads", str(self.local_threads)] if self.local_backend == "seedwheel" else []
+        with ModelServer(model, log_dir=self.log_dir, backend=self.local_backend, extra_args=threads) as server:
             yield server.base_url
 
 
@@ -132,6 +135,8 @@ class VariantPlan(dg.ConfigurableResource):
     families: list[str] | None = None
     rewrite_kinds: list[str] = Field(default_factory=lambda: ["paraphrase"])
     rewrites_per_kind: int = 1
+    # Rewrite at most this many parents per family (None: all), the first by task id: caps the LLM calls.
+    rewrite_max_per_family: int | None = None
 
     def check(self, known_families: set[str]) -> None:
         """Fail before any work or LLM call when the plan cannot work, with the fix in the message."""
@@ -257,6 +262,10 @@ class TrainingPolicy(dg.ConfigurableResource):
     difficulty_profile: bool = True
     difficulty_k: int = 8
     difficulty_max_new_tokens: int = 512
+    difficulty_batch_size: int = 8  # completions per generate call
+    difficulty_temperature: float = 1.0  # sample as GRPO will (its `temperature`), or the profile misjudges signal
+    # Profile at most this many training tasks per family (None: all); the others are `not_profiled` and kept.
+    difficulty_max_per_family: int | None = None
     # GRPO: "auto" picks CPU settings without a GPU and vLLM (colocate) on one; "cpu" or "none" as in grpo_job.
     runtime: str = "auto"
     grpo: dict[str, Any] = Field(default_factory=dict)

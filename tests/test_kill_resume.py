@@ -34,15 +34,20 @@ from pathlib import Path
 from llm.cache import DB_NAME
 from pipeline.runs import materialize
 from pipeline.settings import Settings
-home, dagster_home, select, resources = sys.argv[1:5]
-settings = Settings.from_env({}, home=Path(home), seeds_dir=Path(sys.argv[5]), dagster_home=Path(dagster_home))
+home, dagster_home, select, resources, seeds, environ = sys.argv[1:7]
+settings = Settings.from_env(
+    json.loads(environ), home=Path(home), seeds_dir=Path(seeds), dagster_home=Path(dagster_home)
+)
 materialize(settings, select, resources=json.loads(resources))
 """
 
 
 def run_and_kill(settings: Settings, select: str, until: Callable[[], bool], resources: dict | None = None) -> None:
     """Start `materialize(select)` in a child process and SIGKILL its process group once `until()` holds."""
-    args = [str(settings.home), str(settings.dagster_home), select, json.dumps(resources or {}), str(SEEDS)]
+    args = [
+        *(str(settings.home), str(settings.dagster_home), select, json.dumps(resources or {}), str(SEEDS)),
+        json.dumps(settings.environ()),
+    ]
     log = open(settings.home.parent / f"child-{time.time_ns()}.log", "wb")  # noqa: SIM115 (closed below)
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, *args], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -90,8 +95,10 @@ def leftover_processes(settings: Settings) -> list[str]:
 
 
 @pytest.fixture
-def killable(tmp_path) -> Settings:
-    settings = Settings.from_env({}, home=tmp_path / "home", seeds_dir=SEEDS, dagster_home=tmp_path / "dagster")
+def killable(tmp_path, tiny_models_env) -> Settings:
+    settings = Settings.from_env(
+        tiny_models_env, home=tmp_path / "home", seeds_dir=SEEDS, dagster_home=tmp_path / "dagster"
+    )
     settings.home.mkdir(parents=True)
     return settings
 
@@ -99,12 +106,13 @@ def killable(tmp_path) -> Settings:
 def test_generation_killed_mid_llm_calls_resumes_without_repeating_them(killable):
     settings = killable
     select = "key:seed_tasks or key:failure_tasks or key:task_variants"
+    every_parent = {"plan": {"rewrite_max_per_family": None}}  # many calls, so the kill lands mid-run
     assert materialize(settings, "key:seed_tasks or key:failure_tasks").success
-    run_and_kill(settings, select, until=lambda: llm_cache_rows(settings) >= 20)
+    run_and_kill(settings, select, until=lambda: llm_cache_rows(settings) >= 20, resources=every_parent)
     assert leftover_processes(settings) == []  # the model server went down with the killed run
     assert_whole_files(settings.home)
     done_before = llm_cache_rows(settings)
-    rerun = materialize(settings, select)
+    rerun = materialize(settings, select, resources=every_parent)
     assert rerun.success, rerun.failures
     metadata = next(a for a in rerun.assets if a.key == "task_variants").metadata
     assert metadata["llm_calls_cached"] >= done_before  # every answer that reached the cache is reused
@@ -117,11 +125,12 @@ def test_judging_killed_mid_run_resumes_without_repeating_calls(killable):
     assert upstream.success, upstream.failures
     assert materialize(settings, "key:judge_calibration").success
     before = llm_cache_rows(settings)
-    run_and_kill(settings, "key:judged_tasks", until=lambda: llm_cache_rows(settings) >= before + 4)
+    more = {"judge": {"max_per_family": 4}}  # enough judgments that the kill lands mid-run
+    run_and_kill(settings, "key:judged_tasks", until=lambda: llm_cache_rows(settings) >= before + 4, resources=more)
     assert leftover_processes(settings) == []
     assert_whole_files(settings.home)
     done_before = llm_cache_rows(settings) - before
-    rerun = materialize(settings, "key:judged_tasks")
+    rerun = materialize(settings, "key:judged_tasks", resources=more)
     assert rerun.success, rerun.failures
     metadata = next(a for a in rerun.assets if a.key == "judged_tasks").metadata
     assert metadata["llm_calls_cached"] >= done_before

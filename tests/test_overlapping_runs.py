@@ -83,13 +83,17 @@ query Metadata($runId: ID!) {
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    """Quickstart settings over a seeds folder with the tool-call seeds and the audit sets only."""
+def settings(tmp_path: Path, tiny_models_env: dict[str, str]) -> Settings:
+    """Quickstart settings over a seeds folder with the tool-call seeds and the audit sets only (tiny model)."""
     seeds = tmp_path / "seeds"
     for family in ("tool_call", "audit"):
         shutil.copytree(SEEDS / family, seeds / family)
     return Settings.from_env(
-        {}, profile="quickstart", home=tmp_path / "home", seeds_dir=seeds, dagster_home=tmp_path / "dagster"
+        tiny_models_env,
+        profile="quickstart",
+        home=tmp_path / "home",
+        seeds_dir=seeds,
+        dagster_home=tmp_path / "dagster",
     )
 
 

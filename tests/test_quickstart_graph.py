@@ -16,7 +16,7 @@ from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
 from pipeline.runs import RunSummary, materialize
 from pipeline.settings import Settings
-from tests.paths import REPO, SEEDS
+from tests.paths import REAL_MODELS_DIR, REPO, SEEDS
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.splits import task_roots
@@ -33,7 +33,7 @@ ASSETS = {
 }
 CHECKS = {
     ("seed_files_clean", True, "passed"),
-    # A random tiny model cannot agree with people: the quickstart reports it (a warning), it does not hide it.
+    # A 135M judge does not agree with people: the quickstart reports it (a warning), it does not hide it.
     ("judge_agreement", False, "WARN"),
     ("family_validity_floor", True, "passed"),
     ("no_eval_contamination", True, "passed"),
@@ -46,7 +46,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory) -> tuple[Settings, RunSummary]:
     tmp = tmp_path_factory.mktemp("quickstart")
-    settings = Settings.from_env({}, home=tmp / "home", seeds_dir=SEEDS, dagster_home=tmp / "dagster")
+    settings = Settings.from_env(
+        {}, home=tmp / "home", seeds_dir=SEEDS, dagster_home=tmp / "dagster", models_dir=REAL_MODELS_DIR
+    )
     # As `make quickstart` does: the example failure log is ingested first, so failures flow through the graph.
     inbox = Path(settings.failure_inbox)
     inbox.mkdir(parents=True)
@@ -103,19 +105,22 @@ def test_variants_cover_every_family_and_trace_to_real_seeds_or_failures(quickst
         assert task_problems(variant, context) == [], variant["lineage"]
 
 
-def test_garbage_from_the_tiny_model_lands_in_rejects_with_its_raw_text(quickstart):
+def test_the_real_model_rewrites_one_parent_per_family_and_every_call_is_accounted_for(quickstart):
     settings, summary = quickstart
-    # One paraphrase per parent: every seed and every task derived from a production failure.
-    parents = asset(summary, "seed_tasks").rows + asset(summary, "failure_tasks").rows
-    assert asset(summary, "task_variants").metadata["parents"] == parents
-    assert asset(summary, "task_variants").metadata["llm_calls_made"] == parents
+    parents = read_table(settings.home / "seed_tasks.parquet")["family"].tolist()
+    parents += read_table(settings.home / "failure_tasks.parquet")["family"].tolist()
+    # The quickstart caps the rewrites at one parent per family: one call each.
+    assert asset(summary, "task_variants").metadata["llm_calls_made"] == len(set(parents))
     rejects = read_table(settings.home / "variant_rejects.parquet")
     llm = rejects[rejects["generator"] == "llm_rewrite"]
-    variants = read_table(settings.home / "task_variants.parquet")
-    rewrites = [v for v in variants["lineage"] if v["generator"]["name"] == "llm_rewrite"]
-    assert len(llm) + len(rewrites) == parents  # every call is accounted for: a variant or a reject
-    assert set(llm["reason_code"]) <= {"parse_error", "empty_rewrite", "unchanged", "too_long", "lost_content"}
-    assert llm["raw"].notna().any()
+    variants = records_from_frame(read_table(settings.home / "task_variants.parquet"))
+    rewrites = [v for v in variants if v["lineage"]["generator"]["name"] == "llm_rewrite"]
+    assert len(llm) + len(rewrites) == len(set(parents))  # every call is accounted for: a variant or a reject
+    assert llm["raw"].notna().all()  # a rejected answer keeps its raw text
+    # Readable: grammar-constrained JSON from a real model gives sentences in words (whether they keep the task's
+    # meaning is for validation and the judge), not the random model's bytes.
+    texts = [rewrite["prompt"][-1]["content"] for rewrite in rewrites]
+    assert any(len(t.split()) >= 8 and sum(c.isalpha() or c.isspace() for c in t) / len(t) > 0.8 for t in texts)
 
 
 def test_rerun_makes_no_llm_calls_and_keeps_ids_stable(quickstart):
@@ -171,6 +176,9 @@ def test_the_judge_runs_end_to_end_and_its_errors_are_visible(quickstart):
     verdicts = set(judged["judge_verdict"])
     assert "not_judged" in verdicts and verdicts <= {"accept", "reject", "judge_error", "not_judged"}
     assert asset(summary, "judged_tasks").metadata["llm_calls_made"] > 0
+    # Structured output on the local server: the real model's verdicts parse (judge_error at most 5%).
+    judged_rows = judged[judged["judge_verdict"] != "not_judged"]
+    assert len(judged_rows) and (judged_rows["judge_verdict"] == "judge_error").mean() <= 0.05
     calibration = asset(summary, "judge_calibration").metadata
     assert calibration["items"] == len(read_table(settings.home / "judge_calibration.parquet")) // 2  # 2 samples
     assert "judge_error_rate" in calibration and "confusion" in calibration
@@ -190,12 +198,19 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     assert metadata["reward_curve"].startswith("![")
     assert "numeric_answer" in metadata["verifier_versions"]
     profile = read_table(settings.home / "difficulty_profile.parquet")
-    assert set(profile["label"]) == {"not_profiled"}  # off in the quickstart: a random policy solves nothing
+    profiled = profile[profile["label"] != "not_profiled"]
+    # The quickstart profiles up to 2 tasks per family from real samples of the SFT checkpoint.
+    assert profiled.groupby("family").size().to_dict() == profile.groupby("family").size().clip(upper=2).to_dict()
+    assert (profiled["samples"] == 4).all() and profiled["rollouts"].map(len).eq(4).all()
+    # Profiled tasks it always or never solves leave the GRPO set; the tasks over the cap stay in.
+    kept = profile["label"].isin(["learnable", "not_profiled"])
+    assert profile["in_grpo_set"].astype(bool).tolist() == kept.tolist()
+    assert set(grpo["train_task_ids"]) == set(profile.loc[kept, "task_id"])
     evaluation = read_table(settings.home / "checkpoint_eval.parquet")
     assert set(evaluation["role"]) == {"baseline", "candidate"}
     assert set(evaluation["family"]) == set(read_table(settings.home / "eval_tasks.parquet")["family"])
+    assert evaluation["completion"].str.len().sum() > 0  # real completions, scored by the verifiers
     decision = asset(summary, "promotion").metadata
-    assert decision["decision"] in {"promoted", "kept baseline"}
     assert decision["candidate"] == grpo["checkpoint"] and decision["reasons"]
 
 

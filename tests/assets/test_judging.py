@@ -41,8 +41,8 @@ def judged_metadata(settings) -> dict[str, Any]:
 
 
 def test_metadata_says_first_run_unchanged_or_what_changed(settings, judge_server, planted):
-    # The quickstart judges at most two tasks per family.
-    judged = 2
+    # The quickstart judges at most one task per family (the planted table has one family).
+    judged = 1
     settings = dataclasses.replace(settings, llm_base_url=judge_server.base_url, llm_model="judge-a")
     first = judged_metadata(settings)
     assert (first["rejudged"], first["llm_calls_made"]) == ("first run", judged)

@@ -120,7 +120,14 @@ def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_
     plant_train_tasks(settings, tasks)
     manifest = {"stage": "sft", "trained": False, "checkpoint": str(tiny_model_dir), "base_model": str(tiny_model_dir)}
     write_table(pd.DataFrame([manifest]), settings.home / "sft_checkpoint.parquet")
-    overrides = {"training": {"difficulty_profile": True, "difficulty_k": 2, "difficulty_max_new_tokens": 4}}
+    overrides = {
+        "training": {
+            "difficulty_profile": True,
+            "difficulty_k": 2,
+            "difficulty_max_new_tokens": 4,
+            "difficulty_max_per_family": None,  # every task (the quickstart profiles two per family)
+        }
+    }
     summary = materialize(settings, "key:difficulty_profile or key:grpo_checkpoint", resources=overrides)
     profile = read_table(settings.home / "difficulty_profile.parquet")
     assert profile["task_id"].tolist() == [t["task_id"] for t in tasks]
@@ -135,6 +142,40 @@ def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_
     assert metadata["in_grpo_set"] == 0 and metadata["solved_of_k"].startswith("![")
     assert not summary.success
     assert "no training task is left for GRPO" in summary.failures[0]
+
+
+def test_a_capped_difficulty_profile_samples_the_first_tasks_per_family_and_keeps_the_rest(settings, tiny_model_dir):
+    tasks = [t for t in bundled_tasks(settings, per_family=3) if t["family"] in ("arithmetic", "sql")]
+    plant_train_tasks(settings, tasks)
+    manifest = {"stage": "sft", "trained": False, "checkpoint": str(tiny_model_dir), "base_model": str(tiny_model_dir)}
+    write_table(pd.DataFrame([manifest]), settings.home / "sft_checkpoint.parquet")
+    overrides = {
+        "training": {
+            "difficulty_profile": True,
+            "difficulty_k": 2,
+            "difficulty_max_new_tokens": 4,
+            "difficulty_max_per_family": 1,
+        }
+    }
+    summary = materialize(settings, "key:difficulty_profile", resources=overrides)
+    assert summary.success, summary.failures
+    profile = read_table(settings.home / "difficulty_profile.parquet")
+    first = {i for i in first_per_family(tasks, 1)}
+    for i, row in profile.iterrows():
+        if i in first:  # sampled: the random policy never solves it, so it carries no signal
+            assert (row["label"], row["samples"], len(row["rollouts"]), row["in_grpo_set"]) == (
+                "never_solved",
+                2,
+                2,
+                False,
+            )
+        else:  # over the cap: unknown signal, kept for GRPO as when profiling is off
+            assert (row["label"], row["samples"], row["rollouts"], row["in_grpo_set"]) == (
+                "not_profiled",
+                0,
+                None,
+                True,
+            )
 
 
 def test_promotion_reports_the_production_failures_apart(settings):
