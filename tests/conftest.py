@@ -51,12 +51,23 @@ def real_model_dir() -> Path:
     return bundled_model(REAL_MODELS_DIR)
 
 
+@pytest.fixture(scope="session")
+def tiny_long_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random model with room for the judge's long prompts (its byte-level tokens run past 4096)."""
+    path = tmp_path_factory.mktemp("models") / "tiny-long"
+    return build_tiny_model(path, TINY_TEXTS, **TINY_SIZES, max_position_embeddings=16384, seed=0)
+
+
 @pytest.fixture
-def tiny_models_env(tiny_model_dir: Path) -> dict[str, str]:
+def tiny_models_env(tiny_long_model_dir: Path) -> dict[str, str]:
     """Settings variables that put the tiny random model behind the local server and in training.
 
-    For tests of orchestration (overlapping runs, kills, the UI) that need the model-facing stages to run but
-    not to be any good: the real model is exercised by the quickstart graph test, the server tests and
-    `make quickstart`.
+    For tests of orchestration (overlapping runs, kills) that need the model-facing stages to run but not to be
+    any good: the real model is exercised by the quickstart graph test, the server tests and `make quickstart`
+    (an empty `llm.model` in a run's resources still selects it, converted in the shared models folder).
     """
-    return {"SEEDWHEEL_LLM_MODEL": str(tiny_model_dir), "SEEDWHEEL_BASE_MODEL": str(tiny_model_dir)}
+    return {
+        "SEEDWHEEL_LLM_MODEL": str(tiny_long_model_dir),
+        "SEEDWHEEL_BASE_MODEL": str(tiny_long_model_dir),
+        "SEEDWHEEL_MODELS_DIR": str(REAL_MODELS_DIR),
+    }
