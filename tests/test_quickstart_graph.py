@@ -33,8 +33,6 @@ ASSETS = {
 }
 CHECKS = {
     ("seed_files_clean", True, "passed"),
-    # A 135M judge does not agree with people: the quickstart reports it (a warning), it does not hide it.
-    ("judge_agreement", False, "WARN"),
     ("family_validity_floor", True, "passed"),
     ("no_eval_contamination", True, "passed"),
     ("reward_sound", True, "passed"),
@@ -68,7 +66,17 @@ def test_the_run_succeeds_and_writes_every_asset(quickstart):
     settings, summary = quickstart
     assert summary.success, summary.failures
     assert {a.key for a in summary.assets} == ASSETS
-    assert set(summary.checks) == CHECKS
+    assert set(summary.checks) - {c for c in summary.checks if c[0] == "judge_agreement"} == CHECKS
+    # The judge's calibration is a warning in the quickstart: reported either way, never blocking. A 135M judge
+    # usually misses the floors; its verdict must follow its own numbers.
+    numbers = asset(summary, "judge_calibration").metadata
+    meets = (
+        numbers.get("kappa", 0) >= 0.6
+        and numbers.get("accuracy", 0) >= 0.8
+        and numbers.get("false_accept_rate", 1) <= 0.15
+        and numbers["judge_error_rate"] <= 0.05
+    )
+    assert ("judge_agreement", meets, "passed" if meets else "WARN") in summary.checks
     for materialized in summary.assets:
         assert materialized.path == settings.home / f"{materialized.key}.parquet"
         assert len(read_table(materialized.path)) == materialized.rows
