@@ -125,8 +125,7 @@ def test_judging_killed_mid_run_resumes_without_repeating_calls(killable):
     assert upstream.success, upstream.failures
     assert materialize(settings, "key:judge_calibration").success
     before = llm_cache_rows(settings)
-    # The real model (an empty llm.model): its batches take long enough that the kill lands mid-run.
-    more = {"judge": {"max_per_family": 4}, "llm": {"model": ""}}
+    more = {"judge": {"max_per_family": 8}}  # enough judgments (batches of 8) that the kill lands mid-run
     run_and_kill(settings, "key:judged_tasks", until=lambda: llm_cache_rows(settings) >= before + 4, resources=more)
     assert leftover_processes(settings) == []
     assert_whole_files(settings.home)
