@@ -126,8 +126,8 @@ def _training_policy(settings: Settings) -> TrainingPolicy:
     if settings.profile == "production":
         grpo = {"num_generations": 8, "max_completion_length": 1024, "max_prompt_tokens": 2048, "save_steps": 50}
         return TrainingPolicy(**shared, grpo=grpo)
-    # The bundled 135M model on 2 CPU cores: a short SFT warm-up on the references, a difficulty profile of two
-    # tasks per family (the ones it always or never solves leave the GRPO set), two GRPO steps. Sampling at 0.7
+    # The bundled 135M model on 2 CPU cores: a short SFT warm-up on the references, a difficulty profile of one
+    # task per family (the ones it always or never solves leave the GRPO set), two GRPO steps. Sampling at 0.7
     # everywhere: at 1.0 over the full distribution a 135M model's answers fall apart.
     grpo = {
         "temperature": 0.7,
@@ -149,7 +149,7 @@ def _training_policy(settings: Settings) -> TrainingPolicy:
         difficulty_max_new_tokens=64,
         difficulty_batch_size=16,
         difficulty_temperature=0.7,
-        difficulty_max_per_family=2,
+        difficulty_max_per_family=1,
         runtime="cpu",
         grpo=grpo,
     )
@@ -161,7 +161,7 @@ def _promotion_gate(settings: Settings) -> PromotionGate:
         return PromotionGate(registry_path=registry)
     # A sample of each family: the decision is real and made from real completions; two GRPO steps cannot be
     # shown to help on so few tasks, and the gate says so.
-    return PromotionGate(registry_path=registry, samples=2, max_new_tokens=64, temperature=0.7, max_per_family=2)
+    return PromotionGate(registry_path=registry, samples=2, max_new_tokens=64, temperature=0.7, max_per_family=1)
 
 
 def _nightly_regeneration(settings: Settings) -> dg.ScheduleDefinition:
