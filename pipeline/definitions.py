@@ -93,7 +93,7 @@ def _llm_endpoint(settings: Settings) -> LLMEndpoint:
     # The bundled 135M model on 2 CPU cores: the local server batches 8 concurrent requests into one decode loop,
     # with both cores (the step only waits for it); a request may wait for the batch before it, hence the timeout.
     return LLMEndpoint(
-        **shared, model=settings.llm_model, max_concurrency=8, max_tokens=160, timeout_s=900.0, local_threads=2
+        **shared, model=settings.llm_model, max_concurrency=8, max_tokens=256, timeout_s=900.0, local_threads=2
     )
 
 
@@ -127,26 +127,26 @@ def _training_policy(settings: Settings) -> TrainingPolicy:
         grpo = {"num_generations": 8, "max_completion_length": 1024, "max_prompt_tokens": 2048, "save_steps": 50}
         return TrainingPolicy(**shared, grpo=grpo)
     # The bundled 135M model on 2 CPU cores: a short SFT warm-up on the references, a difficulty profile of one
-    # task per family (the ones it always or never solves leave the GRPO set), two GRPO steps. Sampling at 0.7
+    # task per family (the ones it always or never solves leave the GRPO set), one GRPO step. Sampling at 0.7
     # everywhere: at 1.0 over the full distribution a 135M model's answers fall apart.
     grpo = {
         "temperature": 0.7,
-        "max_steps": 2,
-        "num_generations": 4,
-        "per_device_train_batch_size": 4,
-        "max_completion_length": 64,
-        "max_prompt_tokens": 1024,
+        "max_steps": 1,
+        "num_generations": 2,
+        "per_device_train_batch_size": 2,
+        "max_completion_length": 48,
+        "max_prompt_tokens": 768,
         "learning_rate": 1e-5,
         "save_steps": 1,
     }
     return TrainingPolicy(
         **shared,
-        sft_max_steps=4,
+        sft_max_steps=2,
         sft_learning_rate=1e-5,
-        sft_batch_size=4,
-        sft_max_length=768,
+        sft_batch_size=2,
+        sft_max_length=512,
         difficulty_k=4,
-        difficulty_max_new_tokens=64,
+        difficulty_max_new_tokens=48,
         difficulty_batch_size=16,
         difficulty_temperature=0.7,
         difficulty_max_per_family=1,
@@ -161,7 +161,7 @@ def _promotion_gate(settings: Settings) -> PromotionGate:
         return PromotionGate(registry_path=registry)
     # A sample of each family: the decision is real and made from real completions; two GRPO steps cannot be
     # shown to help on so few tasks, and the gate says so.
-    return PromotionGate(registry_path=registry, samples=2, max_new_tokens=64, temperature=0.7, max_per_family=1)
+    return PromotionGate(registry_path=registry, samples=2, max_new_tokens=48, temperature=0.7, max_per_family=1)
 
 
 def _nightly_regeneration(settings: Settings) -> dg.ScheduleDefinition:

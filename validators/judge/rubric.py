@@ -21,6 +21,7 @@ SCORE_MAX = 5
 SCORES = range(SCORE_MIN, SCORE_MAX + 1)
 # The answer's free-text field; a criterion may not take this name.
 RATIONALE = "rationale"
+RATIONALE_MAX_CHARS = 400  # about three sentences
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
@@ -239,7 +240,9 @@ def response_schema(rubric: Rubric) -> dict[str, Any]:
         >>> list(response_schema(DEFAULT_RUBRIC)["properties"])[:2]
         ['rationale', 'clarity']
     """
-    properties: dict[str, Any] = {RATIONALE: {"type": "string"}}
+    # Capped: a server that enforces the schema then closes the string in time, and a rambling rationale cannot
+    # run the answer past max_tokens before the scores (a cut answer is a judge_error).
+    properties: dict[str, Any] = {RATIONALE: {"type": "string", "maxLength": RATIONALE_MAX_CHARS}}
     for name in rubric.names:
         properties[name] = {"type": "integer", "minimum": SCORE_MIN, "maximum": SCORE_MAX}
     return {
