@@ -201,8 +201,10 @@ def difficulty_profile(
         samples=[0 if n is None else k for n in solved],
         label=labels,
         # Only a profiled task that is always or never solved is known to carry no signal; a task left out of
-        # the profile (over the per-family cap) stays in, as every task does when profiling is off.
-        in_grpo_set=[label in ("learnable", "not_profiled") for label in labels],
+        # the profile (over the per-family cap) stays in unless the policy keeps GRPO to learnable tasks.
+        in_grpo_set=[
+            label == "learnable" or (label == "not_profiled" and training.grpo_unprofiled) for label in labels
+        ],
         policy=policy_model,
         rollouts=pd.Series([rollouts.get(task_id) for task_id in ids["task_id"]], dtype=object),
     )
@@ -249,7 +251,8 @@ def grpo_checkpoint(
     if part.empty:
         raise ValueError(
             f"no training task is left for GRPO: difficulty_profile kept none of {len(train_tasks)} (the starting "
-            "policy solves every task always or never); add tasks, enable SFT, or set difficulty_profile=False"
+            "policy solves every profiled task always or never); add tasks within its reach, profile more "
+            "(difficulty_max_per_family, difficulty_k), set grpo_unprofiled=True, or set difficulty_profile=False"
         )
     start = str(sft_checkpoint.loc[0, "checkpoint"])
     grpo = {**training.grpo, "reward_weights_by_verifier": training.reward_weights}

@@ -9,7 +9,12 @@ per-row grammars or temperatures), forced to the same length.
 Every row runs to `--max-tokens`, so the cases compare like with like: EOS is switched off for the free rows (as
 `min_new_tokens` does for `generate`), and the schema's story must be longer than the budget. Rows sample at T=1.0;
 tokens/s is generated tokens over wall time (prefill included). Each case runs `--repeats` times after one warm-up;
-the best run counts (the machine is shared). Prints a table, then every figure as one JSON object on the last line.
+the best run counts (the machine is shared).
+
+The judge cases measure prefix sharing: batches of 8 real judge requests (the rubric, about 1.5k tokens, is the
+same system message for every task; seed tasks as the data), answers of 16 tokens, first with prefix sharing off
+(`prefix_cache_entries=0`, every prompt prefilled whole), then on; `speedup` is their ratio, measured in this
+run. Prints a table, then every figure as one JSON object on the last line.
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ import torch  # noqa: E402
 
 from llm.generation import Engine, GenerationRequest  # noqa: E402
 from llm.models import bundled_model  # noqa: E402
+from validators.judge.prompt import judge_messages  # noqa: E402
+from validators.judge.rubric import DEFAULT_RUBRIC  # noqa: E402
+from validators.seeds import load_seeds  # noqa: E402
+
+JUDGE_BATCH = 8
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 SCHEMA = {
@@ -84,6 +94,30 @@ def generate_case(engine: Engine, rows: int, max_tokens: int, repeats: int) -> d
     return best
 
 
+def judge_case(engine: Engine, prefix_cache_entries: int, max_tokens: int, repeats: int) -> dict[str, Any]:
+    """Batches of 8 judge requests, each batch a different 8 seed tasks (the same rubric), one after another."""
+    engine = Engine(engine.model, engine.tokenizer, prefix_cache_entries=prefix_cache_entries)
+    tasks = load_seeds([REPO / "seeds"]).tasks[: JUDGE_BATCH * (repeats + 1)]
+    prompts = [engine.prompt_ids(judge_messages(task, DEFAULT_RUBRIC)) for task in tasks]
+    started = time.perf_counter()
+    cached = prompt_tokens = 0
+    for first in range(0, len(prompts), JUDGE_BATCH):
+        batch = [
+            GenerationRequest(p, max_tokens=max_tokens, temperature=0) for p in prompts[first : first + JUDGE_BATCH]
+        ]
+        results = engine.generate(batch)
+        prompt_tokens += sum(r.prompt_tokens for r in results)
+        cached += sum(r.cached_tokens for r in results)
+    elapsed = time.perf_counter() - started
+    return {
+        "requests": len(prompts),
+        "prompt_tokens": prompt_tokens,
+        "cached_prompt_tokens": cached,
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(len(prompts) / elapsed, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="Model directory; default: the bundled SmolLM2-135M.")
@@ -100,11 +134,23 @@ def main() -> None:
             name = f"engine_{'json_schema' if constrained else 'free'}_x{rows}"
             figures[name] = engine_case(engine, rows, args.max_tokens, constrained, args.repeats)
         figures[f"hf_generate_free_x{rows}"] = generate_case(engine, rows, args.max_tokens, args.repeats)
+    judge = {
+        "judge_prefix_sharing_off": judge_case(engine, 0, 16, args.repeats),
+        "judge_prefix_sharing_on": judge_case(engine, 4, 16, args.repeats),
+    }
+    speedup = judge["judge_prefix_sharing_off"]["seconds"] / judge["judge_prefix_sharing_on"]["seconds"]
     print(f"{'case':<28} {'tokens':>7} {'seconds':>8} {'tokens/s':>9}")
     for name, row in figures.items():
         if isinstance(row, dict):
             print(f"{name:<28} {row['tokens']:>7} {row['seconds']:>8} {row['tokens_per_s']:>9}")
-    print(json.dumps(figures))
+    print(f"\n{'judge case':<28} {'requests':>8} {'prompt tok':>10} {'cached':>7} {'seconds':>8} {'req/s':>6}")
+    for name, row in judge.items():
+        print(
+            f"{name:<28} {row['requests']:>8} {row['prompt_tokens']:>10} {row['cached_prompt_tokens']:>7} "
+            f"{row['seconds']:>8} {row['requests_per_s']:>6}"
+        )
+    print(f"prefix sharing speedup: {speedup:.2f}x")
+    print(json.dumps({**figures, **judge, "judge_prefix_speedup": round(speedup, 2)}))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ choices, and one decode loop then samples every row with its own temperature, to
 for structured outputs, its own grammar. A row leaves the batch as soon as it finishes, so long answers do not
 make short ones pay for their steps.
 
+Prompts that share a prefix (the judge's rubric, a family's system message) share its KV cache: a batch's
+common prefix, rounded down to whole blocks of `PREFIX_BLOCK` tokens, is prefilled once, kept in a small LRU of
+prefixes, and reused by later batches that start with it (a longer prefix is built on top of a shorter cached
+one). Each row's remaining tokens are then prefilled with padding between the prefix and them, which the
+attention mask hides; positions still count real tokens only, so the result equals an unshared prefill.
+
 Structured outputs use llguidance: a JSON Schema (or "any JSON object") is compiled once into a grammar and each
 constrained row gets a matcher over it. Before every sampling step the matcher's allowed-token bitmask sets all
 other logits to -inf; the sampled token is then consumed by the matcher, and the row ends when the matcher is
@@ -27,11 +33,13 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import logging
 import secrets
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -42,7 +50,7 @@ import llguidance.torch
 import torch
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +66,11 @@ JSON_OPTIONS: llguidance.JsonCompileOptions = {
 }
 # Distinct schemas kept compiled; a pipeline sends a handful (the judge's, the rewriter's) many times.
 GRAMMAR_CACHE_SIZE = 64
+# Shared prompt prefixes are cached in whole blocks of this many tokens, so batches whose common prefix ends a
+# little differently (a one-request batch shares its whole prompt with itself) still land on the same entry.
+PREFIX_BLOCK = 64
+# Prefixes kept (least recently used dropped first); one is a few MB per 100 tokens for a 135M model.
+PREFIX_CACHE_ENTRIES = 4
 
 
 class InvalidGenerationRequest(ValueError):
@@ -130,6 +143,7 @@ class GenerationResult:
 
     completions: list[Completion]
     prompt_tokens: int
+    cached_tokens: int = 0  # of prompt_tokens, how many were read from the prefix cache instead of prefilled
 
     @property
     def completion_tokens(self) -> int:
@@ -156,6 +170,8 @@ class Engine:
     Args:
         model: A loaded causal LM (eval mode is set here).
         tokenizer: Its tokenizer; a fast one with a chat template.
+        prefix_cache_entries: Shared prompt prefixes whose KV cache is kept between batches; 0 turns prefix
+            sharing off (every prompt is prefilled whole, as a baseline to measure it against).
 
     Raises:
         ValueError: The tokenizer has no chat template, or is not a fast tokenizer (llguidance needs one).
@@ -165,7 +181,13 @@ class Engine:
         >>> engine = Engine(AutoModelForCausalLM.from_pretrained(path), tokenizer)  # doctest: +SKIP
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        prefix_cache_entries: int = PREFIX_CACHE_ENTRIES,
+    ) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
                 f"The tokenizer of {model.name_or_path} has no chat template, so chat messages cannot be turned "
@@ -187,6 +209,8 @@ class Engine:
         # fail with "Already borrowed" when calls overlap.
         self._tokenizer_lock = threading.Lock()
         self._compile = functools.lru_cache(maxsize=GRAMMAR_CACHE_SIZE)(self._compile_uncached)
+        self.prefix_cache_entries = prefix_cache_entries
+        self._prefixes: OrderedDict[tuple[int, ...], DynamicCache] = OrderedDict()
 
     @classmethod
     def load(cls, model: str, *, device: str = "cpu") -> Engine:
@@ -317,17 +341,22 @@ class Engine:
         ]
         generators = [self._generator(request.seed) for request in requests]
         with torch.inference_mode():
-            self._decode(requests, rows, generators)
+            cached = self._decode(requests, rows, generators)
         results: list[list[Completion]] = [[] for _ in requests]
         for row in rows:
             text = row.text if row.text is not None else self._decode_text(row.tokens)
             assert row.finish_reason is not None
             results[row.request].append(Completion(text, row.finish_reason, len(row.tokens)))
-        return [GenerationResult(choices, len(r.prompt_ids)) for choices, r in zip(results, requests, strict=True)]
+        return [
+            GenerationResult(choices, len(r.prompt_ids), cached) for choices, r in zip(results, requests, strict=True)
+        ]
+
+    def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
+        """Whether a prompt of this many tokens plus `max_tokens` answer tokens fits the model's context."""
+        return self.context_length is None or prompt_tokens + max_tokens <= self.context_length
 
     def _check_fits(self, request: GenerationRequest) -> None:
-        needed = len(request.prompt_ids) + request.max_tokens
-        if self.context_length is not None and needed > self.context_length:
+        if not self.fits(len(request.prompt_ids), request.max_tokens):
             raise InvalidGenerationRequest(
                 f"The prompt ({len(request.prompt_ids)} tokens) plus max_tokens ({request.max_tokens}) exceeds the "
                 f"model's context ({self.context_length} tokens): lower max_tokens or shorten the messages.",
@@ -345,20 +374,29 @@ class Engine:
 
     def _decode(
         self, requests: Sequence[GenerationRequest], rows: list[_Row], generators: list[torch.Generator]
-    ) -> None:
-        """Prefill each prompt once, repeat its cache for its rows, then sample until every row has finished."""
+    ) -> int:
+        """Prefill each prompt once, repeat its cache for its rows, then sample until every row has finished.
+
+        Returns how many prompt tokens of each request came from the prefix cache.
+        """
         from transformers import DynamicCache
 
-        width = max(len(r.prompt_ids) for r in requests)
+        offset, cached, cache = self._shared_prefix(requests)
+        suffixes = [request.prompt_ids[offset:] for request in requests]
+        width = max(len(suffix) for suffix in suffixes)
         input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(requests), width), dtype=torch.long)
-        for i, request in enumerate(requests):
-            input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(list(request.prompt_ids))
-            attention[i, width - len(request.prompt_ids) :] = 1
+        attention = torch.zeros((len(requests), offset + width), dtype=torch.long)
+        attention[:, :offset] = 1
+        for i, suffix in enumerate(suffixes):
+            input_ids[i, width - len(suffix) :] = torch.tensor(list(suffix))
+            attention[i, offset + width - len(suffix) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        # Left padding: a row's positions count from its first real token, as they would unpadded.
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
+        # Padding sits left of each row's own tokens (after the shared prefix): positions count real tokens only.
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, offset:]
+        if cache is None:
+            cache = DynamicCache(config=self.model.config)
+        else:
+            cache.batch_repeat_interleave(len(requests))
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention,
@@ -367,7 +405,7 @@ class Engine:
             use_cache=True,
             logits_to_keep=1,
         )
-        if cache.get_seq_length() != width:  # an older transformers ignores `cache=` and would recompute nothing
+        if cache.get_seq_length() != offset + width:  # an older transformers ignores `cache=`
             raise RuntimeError("The model did not fill the KV cache it was given: upgrade transformers (>= 5.24).")
         # One prefill per prompt; its n rows share it by indexing (the cache, the mask, the next position).
         expand = torch.tensor([row.request for row in rows], device=self.device)
@@ -384,7 +422,7 @@ class Engine:
             sampled = tokens.tolist()
             kept = [k for k, i in enumerate(live) if not self._advance(rows[i], sampled[k])]
             if not kept:
-                return
+                return cached
             if len(kept) < len(live):
                 index = torch.tensor(kept, device=self.device)
                 cache.batch_select_indices(index)
@@ -401,6 +439,44 @@ class Engine:
             )
             logits = out.logits[:, -1, :].float()
             next_position = next_position + 1
+
+    def _shared_prefix(self, requests: Sequence[GenerationRequest]) -> tuple[int, int, DynamicCache | None]:
+        """The batch's common prompt prefix in whole blocks: `(length, tokens read from the cache, its KV cache)`.
+
+        The KV cache returned is the batch's own copy (one row); `(0, 0, None)` when no block is shared. A
+        prefix missing from the LRU is prefilled on top of the longest cached prefix of it and then kept.
+        """
+        from transformers import DynamicCache
+
+        prompts = [request.prompt_ids for request in requests]
+        # Every row keeps at least one token of its own to prefill: its logits start the answer.
+        shared = min(len(prompt) for prompt in prompts) - 1
+        first = prompts[0]
+        for prompt in prompts[1:]:
+            shared = next((i for i in range(shared) if prompt[i] != first[i]), shared)
+        length = shared // PREFIX_BLOCK * PREFIX_BLOCK
+        if length == 0 or self.prefix_cache_entries == 0:
+            return 0, 0, None
+        key = tuple(first[:length])
+        found = self._prefixes.get(key)
+        if found is not None:
+            self._prefixes.move_to_end(key)
+            return length, length, copy.deepcopy(found)
+        base = max((known for known in self._prefixes if key[: len(known)] == known), key=len, default=())
+        cache = copy.deepcopy(self._prefixes[base]) if base else DynamicCache(config=self.model.config)
+        self.model(
+            input_ids=torch.tensor([key[len(base) :]], device=self.device),
+            position_ids=torch.arange(len(base), length, device=self.device).unsqueeze(0),
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        if base:
+            self._prefixes.move_to_end(base)
+        self._prefixes[key] = copy.deepcopy(cache)
+        while len(self._prefixes) > self.prefix_cache_entries:
+            self._prefixes.popitem(last=False)
+        return length, len(base), cache
 
     def _mask(self, logits: torch.Tensor, rows: Sequence[_Row]) -> None:
         """Set the logits of tokens its grammar forbids to -inf, for every constrained row (in place)."""

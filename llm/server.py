@@ -11,7 +11,9 @@ means the model is in memory (what `llm.serving.ModelServer` waits for). It serv
   {"name", "schema", "strict"?}}` or `{"type": "json_object"}`, enforced by grammar-constrained decoding
   (llguidance, see `llm.generation`): every choice that ends with finish reason "stop" is valid JSON for the
   schema; one cut by `max_tokens` ends with "length".
-- `GET /stats`: counters of requests, batches and tokens (the largest batch shows that batching happens).
+- `GET /stats`: counters of requests, batches and tokens (the largest batch shows that batching happens, and
+  `cached_prompt_tokens` that shared prompt prefixes are reused; a response's `usage.prompt_tokens_details`
+  says the same per request, as OpenAI's does).
 
 Concurrent requests are batched: the handlers validate and tokenize a request, hand it to one worker thread and
 await its future; the worker takes the first waiting request, gathers whatever else arrives within
@@ -339,6 +341,7 @@ class ServerStats:
     largest_batch_requests: int = 0
     largest_batch_rows: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens read from the prefix cache instead of prefilled
     completion_tokens: int = 0
     generation_s: float = 0.0
     failed_batches: int = 0
@@ -451,6 +454,7 @@ class Batcher:
             stats.largest_batch_requests = max(stats.largest_batch_requests, len(batch))
             stats.largest_batch_rows = max(stats.largest_batch_rows, rows)
             stats.prompt_tokens += sum(result.prompt_tokens for result in results)
+            stats.cached_prompt_tokens += sum(result.cached_tokens for result in results)
             stats.completion_tokens += tokens
             stats.generation_s += elapsed
         logger.info(
@@ -560,6 +564,7 @@ def create_app(engine: Engine, config: ServerConfig) -> FastAPI:
                 "prompt_tokens": result.prompt_tokens,
                 "completion_tokens": result.completion_tokens,
                 "total_tokens": result.prompt_tokens + result.completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
             },
         }
 

@@ -100,7 +100,7 @@ def _llm_endpoint(settings: Settings) -> LLMEndpoint:
 def _variant_plan(settings: Settings) -> VariantPlan:
     if settings.profile == "production":
         return VariantPlan(per_seed=5, rewrite_kinds=["paraphrase", "harder", "distractors"], rewrites_per_kind=2)
-    # One paraphrase of the first parent per family: every family shows a real rewrite, a few calls in all.
+    # One paraphrase of the easiest parent per family: every family shows a real rewrite, a few calls in all.
     return VariantPlan(per_seed=3, rewrite_kinds=["paraphrase"], rewrites_per_kind=1, rewrite_max_per_family=1)
 
 
@@ -126,18 +126,19 @@ def _training_policy(settings: Settings) -> TrainingPolicy:
     if settings.profile == "production":
         grpo = {"num_generations": 8, "max_completion_length": 1024, "max_prompt_tokens": 2048, "save_steps": 50}
         return TrainingPolicy(**shared, grpo=grpo)
-    # The bundled 135M model on 2 CPU cores: a short SFT warm-up on the references, a difficulty profile of one
-    # task per family (the ones it always or never solves leave the GRPO set), one GRPO step. Sampling at 0.7
-    # everywhere: at 1.0 over the full distribution a 135M model's answers fall apart.
+    # The bundled 135M model on 2 CPU cores: a short SFT warm-up on the references, a difficulty profile of the
+    # 4 easiest tasks per family (the contact-extraction seeds are the ones it solves sometimes), and two GRPO
+    # steps on the learnable ones alone, 4 completions per prompt so that a group's rewards can differ. Sampling at
+    # 0.7 everywhere: at 1.0 over the full distribution a 135M model's answers fall apart.
     grpo = {
         "temperature": 0.7,
-        "max_steps": 1,
-        "num_generations": 2,
-        "per_device_train_batch_size": 2,
+        "max_steps": 2,
+        "num_generations": 4,
+        "per_device_train_batch_size": 8,
         "max_completion_length": 48,
         "max_prompt_tokens": 768,
         "learning_rate": 1e-5,
-        "save_steps": 1,
+        "save_steps": 2,
     }
     return TrainingPolicy(
         **shared,
@@ -149,7 +150,8 @@ def _training_policy(settings: Settings) -> TrainingPolicy:
         difficulty_max_new_tokens=48,
         difficulty_batch_size=16,
         difficulty_temperature=0.7,
-        difficulty_max_per_family=1,
+        difficulty_max_per_family=4,
+        grpo_unprofiled=False,
         runtime="cpu",
         grpo=grpo,
     )
@@ -159,9 +161,10 @@ def _promotion_gate(settings: Settings) -> PromotionGate:
     registry = str(settings.home / "promotion" / "promoted.json")
     if settings.profile == "production":
         return PromotionGate(registry_path=registry)
-    # A sample of each family: the decision is real and made from real completions; two GRPO steps cannot be
-    # shown to help on so few tasks, and the gate says so.
-    return PromotionGate(registry_path=registry, samples=2, max_new_tokens=48, temperature=0.7, max_per_family=1)
+    # The two easiest eval tasks of each family (and every held-out production failure), 4 samples each: the
+    # decision is real and made from real completions; two GRPO steps cannot be shown to help on so few tasks,
+    # and the gate says so.
+    return PromotionGate(registry_path=registry, samples=4, max_new_tokens=48, temperature=0.7, max_per_family=2)
 
 
 def _nightly_regeneration(settings: Settings) -> dg.ScheduleDefinition:

@@ -264,8 +264,11 @@ class TrainingPolicy(dg.ConfigurableResource):
     difficulty_max_new_tokens: int = 512
     difficulty_batch_size: int = 8  # completions per generate call
     difficulty_temperature: float = 1.0  # sample as GRPO will (its `temperature`), or the profile misjudges signal
-    # Profile at most this many training tasks per family (None: all); the others are `not_profiled` and kept.
+    # Profile at most this many training tasks per family, the easiest first (None: all); the others are
+    # `not_profiled`, and join the GRPO set unless `grpo_unprofiled` is False (then GRPO trains on the profile's
+    # learnable tasks alone: a small budget of steps spent where the rewards vary).
     difficulty_max_per_family: int | None = None
+    grpo_unprofiled: bool = True
     # GRPO: "auto" picks CPU settings without a GPU and vLLM (colocate) on one; "cpu" or "none" as in grpo_job.
     runtime: str = "auto"
     grpo: dict[str, Any] = Field(default_factory=dict)

@@ -2,9 +2,10 @@
 
 Three steps, each usable alone:
 
-1. `sample_and_score(model, tasks, k=...)` draws k completions per task with transformers `generate` (the
-   task's prompt messages through the tokenizer's chat template, left padding) and judges each with the task's
-   own verifier (`validators.batch.verify_many`), the same one that validated the data and was the reward.
+1. `sample_and_score(model, tasks, k=...)` draws k completions per task with the local server's batched engine
+   (`llm.generation`: the task's prompt messages through the tokenizer's chat template, prefilled once for its
+   k samples) and judges each with the task's own verifier (`validators.batch.verify_many`), the same one
+   that validated the data and was the reward.
 2. `evaluate(verdicts, families)` turns `{task_id: [passed, ...]}` into pass@1 / pass@k per family and overall
    (the unbiased estimator of `validators.passk`), each with a bootstrap confidence interval.
 3. `compare(candidate, baseline, families)` pairs two models on the same tasks: the per-task difference in
@@ -455,12 +456,14 @@ def sample_and_score(
     workers: int | None = None,
     context: VerifyContext | None = None,
 ) -> SampledVerdicts:
-    """Sample k completions per task with transformers `generate` and judge each with the task's verifier.
+    """Sample k completions per task with the local server's engine and judge each with the task's verifier.
 
-    Each task's prompt messages go through the tokenizer's chat template with the generation prompt; batches
-    are left-padded so every row ends where generation starts. Sampling runs under a private torch RNG seeded
-    with `seed`, so the caller's global RNG is untouched and a rerun with the same arguments gives the same
-    completions (on the same hardware and library versions; another `batch_size` draws differently).
+    Each task's prompt messages go through the tokenizer's chat template with the generation prompt, and are
+    prefilled once for their k samples (`llm.generation.Engine`; a system message tasks share is prefilled once
+    for all). Task i samples from its own random generator seeded `seed + i`, so the caller's global RNG is
+    untouched and a rerun with the same arguments gives the same completions, whatever the batch size (on the
+    same hardware and library versions). A prompt too long for the model's context gets empty samples, which
+    fail, and a warning.
 
     Args:
         model_path_or_id: a model directory (e.g. a GRPO checkpoint or `build_tiny_model` output) or a hub id.
@@ -468,8 +471,8 @@ def sample_and_score(
         k: completions per task (draw at least the largest k you will ask pass@k of).
         max_new_tokens: generation length cap.
         temperature: sampling temperature; 0 means greedy decoding (then the k samples are identical).
-        seed: torch seed for sampling.
-        batch_size: completions per `generate` call (prompts are repeated k times and then batched).
+        seed: seed of the first task's sampling; task i uses `seed + i`.
+        batch_size: completions per batch (a task's k samples always share one batch).
         workers: verifier threads (see `verify_many`).
         context: where verifier fixtures (SQLite files) resolve.
 
@@ -498,14 +501,16 @@ def sample_and_score(
             raise EvaluationError(f"task {task_id} appears twice; evaluate each task once (use k for more samples)")
         seen.add(task_id)
     jobs = [(task, sample) for task in tasks for sample in range(k)]
-    completions = _generate(
+    samples = _generate(
         model_path_or_id,
-        [_messages(task) for task, _ in jobs],
+        [_messages(task) for task in tasks],
+        k=k,
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         seed=seed,
         batch_size=batch_size,
     )
+    completions = [text for texts in samples for text in texts]
     verdicts = verify_many([task for task, _ in jobs], completions, workers=workers, context=context)
     families = {task["task_id"]: str(task.get("family") or "unknown") for task in tasks}
     passed: dict[str, list[bool]] = {task["task_id"]: [] for task in tasks}
@@ -530,59 +535,50 @@ def _generate(
     model_path_or_id: str | os.PathLike[str],
     conversations: list[list[dict[str, Any]]],
     *,
+    k: int,
     max_new_tokens: int,
     temperature: float,
     seed: int,
     batch_size: int,
-) -> list[str]:
-    """One completion text per conversation, in order."""
-    import torch
+) -> list[list[str]]:
+    """k completion texts per conversation, in order, from the local server's engine (`llm.generation`).
 
-    from training.grpo import prompt_token_counts
+    Each conversation is prefilled once for its k samples, and a system message that conversations share is
+    prefilled once for all of them (the engine's prefix cache). Conversation i samples with seed `seed + i`.
+    """
+    from llm.generation import Engine, GenerationRequest
     from training.tiny_model import load_policy
 
     if not conversations:
         return []
     model, tokenizer = load_policy(model_path_or_id)
-    # Left padding keeps every prompt's last token next to the first generated one; right padding would make
-    # the model continue after pad tokens.
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    generation: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
-    if temperature > 0:
-        # top_k=0 / top_p=1.0: sample from the full distribution, whatever the checkpoint's defaults say, so that
-        # temperature alone sets how the pass rate is measured.
-        generation.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-    else:
-        generation.update(do_sample=False)
+    engine = Engine(model, tokenizer)
+    prompts = [engine.prompt_ids(conversation) for conversation in conversations]
+    texts: list[list[str]] = [[""] * k for _ in conversations]
+    fits = [i for i, prompt in enumerate(prompts) if engine.fits(len(prompt), max_new_tokens)]
+    if len(fits) < len(prompts):
+        # Such a prompt cannot be read whole by this model, so it cannot be answered: its samples stay empty
+        # and fail their verifier.
+        logger.warning(
+            "%d of %d prompts plus max_new_tokens=%d exceed the model's %s positions: their samples are empty",
+            len(prompts) - len(fits),
+            len(prompts),
+            max_new_tokens,
+            engine.context_length,
+        )
     # Batches of similar length: padding every batch to the longest prompt in the set (tool-call prompts run to
     # thousands of tokens) costs far more than the generation itself.
-    lengths = prompt_token_counts(conversations, tokenizer)
-    order = sorted(range(len(conversations)), key=lambda i: lengths[i])
-    texts: list[str] = [""] * len(conversations)
+    order = sorted(fits, key=lambda i: len(prompts[i]))
+    per_batch = max(1, batch_size // k)
     done = 0
-    with torch.random.fork_rng(devices=[]), torch.inference_mode():
-        torch.manual_seed(seed)
-        for start in range(0, len(order), batch_size):
-            indexes = order[start : start + batch_size]
-            inputs = tokenizer.apply_chat_template(
-                [conversations[i] for i in indexes],
-                add_generation_prompt=True,
-                padding=True,
-                return_tensors="pt",
-                return_dict=True,
-            )
-            inputs = {name: tensor.to(model.device) for name, tensor in inputs.items()}
-            longest = inputs["input_ids"].shape[1] + max_new_tokens
-            limit = getattr(model.config, "max_position_embeddings", None)
-            if limit is not None and longest > limit:
-                # Past the trained positions the model still answers, but the score says little about it.
-                logger.warning("prompt + max_new_tokens = %d tokens exceeds the model's %d positions", longest, limit)
-            output = model.generate(**inputs, **generation)
-            new_tokens = output[:, inputs["input_ids"].shape[1] :]
-            for i, text in zip(indexes, tokenizer.batch_decode(new_tokens, skip_special_tokens=True), strict=True):
-                texts[i] = text
-            done += len(indexes)
-            logger.info("generated %d/%d completions", done, len(conversations))
+    for start in range(0, len(order), per_batch):
+        indexes = order[start : start + per_batch]
+        requests = [
+            GenerationRequest(prompts[i], n=k, max_tokens=max_new_tokens, temperature=temperature, seed=seed + i)
+            for i in indexes
+        ]
+        for i, result in zip(indexes, engine.generate(requests), strict=True):
+            texts[i] = [completion.text for completion in result.completions]
+        done += len(indexes)
+        logger.info("sampled %d/%d prompts (%d completions each)", done, len(order), k)
     return texts

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -433,15 +434,29 @@ def lineage_leaks(
 
 
 def first_per_family(tasks: Sequence[Mapping[str, Any]], limit: int | None) -> list[int]:
-    """Indexes of a stable per-family sample: all tasks, or the first `limit` of each family in task_id order.
+    """Indexes of a stable per-family sample: all tasks, or the `limit` easiest of each family.
+
+    Easiest by the task's difficulty (1-5, inherited from its seed; none counts as hardest), then task_id. A
+    small budget so goes where a small policy's profile and gate find signal: tasks it solves sometimes.
 
     Example:
-        >>> first_per_family([{"family": "a", "task_id": "2"}, {"family": "a", "task_id": "1"}], 1)
-        [1]
+        >>> tasks = [
+        ...     {"family": "a", "task_id": "2", "difficulty": 1},
+        ...     {"family": "a", "task_id": "1", "difficulty": 3},
+        ...     {"family": "a", "task_id": "3", "difficulty": 1},
+        ...     {"family": "b", "task_id": "4"},
+        ... ]
+        >>> first_per_family(tasks, 1), first_per_family(tasks, 2)
+        ([0, 3], [0, 2, 3])
     """
     if limit is None:
         return list(range(len(tasks)))
-    order = sorted(range(len(tasks)), key=lambda i: (tasks[i]["family"], tasks[i]["task_id"]))
+
+    def level(i: int) -> float:
+        difficulty = tasks[i].get("difficulty")
+        return math.inf if difficulty is None or pd.isna(difficulty) else float(difficulty)
+
+    order = sorted(range(len(tasks)), key=lambda i: (tasks[i]["family"], level(i), tasks[i]["task_id"]))
     taken: dict[str, int] = {}
     chosen = []
     for i in order:

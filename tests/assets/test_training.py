@@ -144,7 +144,8 @@ def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_
     assert "no training task is left for GRPO" in summary.failures[0]
 
 
-def test_a_capped_difficulty_profile_samples_the_first_tasks_per_family_and_keeps_the_rest(settings, tiny_model_dir):
+@pytest.mark.parametrize("grpo_unprofiled", [True, False])
+def test_a_capped_difficulty_profile_samples_the_easiest_tasks_per_family(settings, tiny_model_dir, grpo_unprofiled):
     tasks = [t for t in bundled_tasks(settings, per_family=3) if t["family"] in ("arithmetic", "sql")]
     plant_train_tasks(settings, tasks)
     manifest = {"stage": "sft", "trained": False, "checkpoint": str(tiny_model_dir), "base_model": str(tiny_model_dir)}
@@ -155,12 +156,14 @@ def test_a_capped_difficulty_profile_samples_the_first_tasks_per_family_and_keep
             "difficulty_k": 2,
             "difficulty_max_new_tokens": 4,
             "difficulty_max_per_family": 1,
+            "grpo_unprofiled": grpo_unprofiled,
         }
     }
     summary = materialize(settings, "key:difficulty_profile", resources=overrides)
     assert summary.success, summary.failures
     profile = read_table(settings.home / "difficulty_profile.parquet")
     first = {i for i in first_per_family(tasks, 1)}
+    assert {tasks[i]["difficulty"] for i in first} == {1}  # the bundled arithmetic and sql seeds' easiest
     for i, row in profile.iterrows():
         if i in first:  # sampled: the random policy never solves it, so it carries no signal
             assert (row["label"], row["samples"], len(row["rollouts"]), row["in_grpo_set"]) == (
@@ -169,12 +172,12 @@ def test_a_capped_difficulty_profile_samples_the_first_tasks_per_family_and_keep
                 2,
                 False,
             )
-        else:  # over the cap: unknown signal, kept for GRPO as when profiling is off
+        else:  # over the cap: unknown signal, kept for GRPO (as when profiling is off) unless the policy says not
             assert (row["label"], row["samples"], row["rollouts"], row["in_grpo_set"]) == (
                 "not_profiled",
                 0,
                 None,
-                True,
+                grpo_unprofiled,
             )
 
 

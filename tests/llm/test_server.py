@@ -27,7 +27,7 @@ import torch
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from llm.generation import Engine, GenerationRequest, GenerationResult, sample
+from llm.generation import PREFIX_BLOCK, Engine, GenerationRequest, GenerationResult, sample
 from llm.server import Batcher, ServerConfig, create_app
 from llm.serving import ModelServer
 
@@ -122,13 +122,36 @@ def test_a_prompt_decodes_the_same_alone_and_left_padded_in_a_batch(real_engine:
     )
     assert texts(batched) == texts(alone)
     # And transformers' own greedy decoding of the same prompt agrees.
+    assert texts(alone) == [transformers_greedy(engine, short, 12)]
+
+
+def transformers_greedy(engine: Engine, prompt: list[int], max_new_tokens: int) -> str:
+    """transformers' own greedy decoding of one unpadded prompt: the reference the engine must match."""
     with torch.inference_mode():
         reference = engine.model.generate(
-            torch.tensor([short]), attention_mask=torch.ones(1, len(short), dtype=torch.long), do_sample=False,
-            max_new_tokens=12, pad_token_id=engine.pad_id,
+            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), do_sample=False,
+            max_new_tokens=max_new_tokens, pad_token_id=engine.pad_id,
         )  # fmt: skip
-    expected = [t for t in reference[0, len(short) :].tolist() if t not in engine.stop_ids]
-    assert texts(alone) == [engine.tokenizer.decode(expected, skip_special_tokens=True)]
+    expected = [t for t in reference[0, len(prompt) :].tolist() if t not in engine.stop_ids]
+    return engine.tokenizer.decode(expected, skip_special_tokens=True)
+
+
+@pytest.mark.slow
+def test_a_shared_prompt_prefix_is_prefilled_once_and_reused_with_the_same_answers(real_engine: Engine) -> None:
+    engine = Engine(real_engine.model, real_engine.tokenizer)  # an empty prefix cache of its own
+    rules = " ".join(f"Rule {i}: answer in plain words, and never mention rule {i + 1}." for i in range(20))
+    system = {"role": "system", "content": f"You are a terse assistant. {rules}"}
+    questions = ["What colour is the sky?", "Name a fruit.", "What is two plus two?"]
+    prompts = [engine.prompt_ids([system, {"role": "user", "content": q}]) for q in questions]
+    assert len(prompts[0]) > 2 * PREFIX_BLOCK
+    first = engine.generate([GenerationRequest(p, max_tokens=10, temperature=0) for p in prompts[:2]])
+    assert [r.cached_tokens for r in first] == [0, 0]  # computed here, once for both
+    [later] = engine.generate([GenerationRequest(prompts[2], max_tokens=10, temperature=0)])
+    assert later.cached_tokens >= PREFIX_BLOCK and later.cached_tokens % PREFIX_BLOCK == 0
+    # Prefix from the cache, padding between it and each row's own tokens: the answers are those of an
+    # unshared, unpadded prefill.
+    for prompt, result in zip(prompts, [*first, later], strict=True):
+        assert texts(result) == [transformers_greedy(engine, prompt, 10)]
 
 
 def test_a_seed_repeats_a_request_whatever_shares_its_batch(engine: Engine) -> None:

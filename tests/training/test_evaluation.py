@@ -206,9 +206,24 @@ def test_sample_and_score_gives_every_completion_a_verdict(tiny_model_dir: Path)
     ]
     assert all(isinstance(r["completion"], str) and r["reason"] for r in sampled.rows)
     assert [r["completion"] for r in again.rows] == [r["completion"] for r in sampled.rows]
+    # Each task samples from its own seeded generator: another batch size draws the same completions.
+    alone = sample_and_score(
+        tiny_model_dir, TINY_TASKS, k=2, max_new_tokens=4, temperature=1.0, seed=3, batch_size=2, workers=1
+    )
+    assert [r["completion"] for r in alone.rows] == [r["completion"] for r in sampled.rows]
+    assert len({r["completion"] for r in sampled.rows}) > 1
     # The verdicts feed evaluation directly.
     report = evaluate(sampled.passed, sampled.families, ks=[1, 2], resamples=100)
     assert set(report.families) == {"arithmetic", "json_extraction"}
+
+
+def test_a_prompt_longer_than_the_context_gets_empty_failing_samples(tiny_model_dir: Path) -> None:
+    huge = {**TINY_TASKS[0], "task_id": "huge", "prompt": [{"role": "user", "content": "word " * 5000}]}
+    sampled = sample_and_score(tiny_model_dir, [huge, TINY_TASKS[1]], k=2, max_new_tokens=4, workers=1)
+
+    assert [r["completion"] for r in sampled.rows[:2]] == ["", ""]
+    assert sampled.passed["huge"] == [False, False]
+    assert len(sampled.rows) == 4
 
 
 def test_greedy_sampling_repeats_itself(tiny_model_dir: Path) -> None:
