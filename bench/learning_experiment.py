@@ -1,25 +1,29 @@
-"""Does the flywheel learn? Base -> SFT -> GRPO on held-out arithmetic, on CPU.
+"""Does the flywheel learn? Base -> SFT -> GRPO on held-out tasks, on CPU, with seedwheel's own code.
 
-Run: `.venv/bin/python bench/learning_experiment.py`.
+Run: `.venv/bin/python bench/learning_experiment.py` (the bundled model on the contact-extraction seeds), or
+`--setup digits` (a random tiny model on generated one-digit sums, the earlier experiment).
 
-The recipe, end to end with seedwheel's own code:
+**`contacts` (default).** The policy is the bundled SmolLM2-135M-Instruct (`llm.models.bundled_model`), the
+tasks the `json_extraction` seeds tagged `contacts` (`seeds/json_extraction/contacts.yaml`: name, age and city
+from a one-line message, the bundled seeds within its reach) plus their programmatic variants
+(`json_extraction_resample`: new person names). The split is the pipeline's own: `plan_splits` with the
+pipeline's `CurationPolicy` split config over *all* bundled seeds, so the held-out contact lineages are the
+ones the pipeline holds out; `lineage_leaks` must come back empty.
 
-1. **Data.** Seed tasks are two-operand problems (`What is 7 + 8?`, `What is 9 - 4?`; single digits, no
-   negative results by default), built here because the bundled GSM8K slice is out of reach for any model that
-   trains in minutes on a CPU. Each seed gets paraphrase variants (`derive_task`, lineage to the seed); every
-   record is checked with `validators.tasks.check_tasks` (schema, the reference passes `numeric_answer`, a
-   known-wrong answer fails). The split is `validators.splits.plan_splits` by seed lineage, and `lineage_leaks`
-   must come back empty: no eval problem, nor any paraphrase of it, is trained on.
-2. **Policy.** `training.tiny_model.build_tiny_model`: a random Qwen2-style model whose BPE tokenizer is trained on
-   the train split's texts only (digits stay single tokens under Qwen2's pre-tokenizer).
-3. **SFT warm-up.** `training.sft.run_sft` on the train tasks' references (`a + b = c` then `#### c`).
-4. **GRPO.** `training.grpo.run_grpo` from the SFT model, on the exported train split
-   (`validators.export.export_split`), rewarded by the `numeric_answer` verifier.
-5. **Evaluation.** `training.evaluation.sample_and_score` (k samples per eval task at temperature 1.0), then
-   `evaluate` (pass@1 and pass@k with task-bootstrap 95% intervals) and `compare` (paired differences).
+**`digits`.** Seed tasks are two-operand problems (`What is 7 + 8?`), each with paraphrase variants, split by
+lineage with a salt of its own; the policy is `training.tiny_model.build_tiny_model`, a random Qwen2-style
+model with a BPE tokenizer trained on the train split's texts only.
 
-Prints a table, then every figure as one JSON object on the last line. About 5.5 minutes on 2 shared cores
-with the defaults; `--quick` is a ~2-minute smoke run of the same pipeline (its numbers mean nothing).
+Then, for both:
+
+1. **SFT warm-up.** `training.sft.run_sft` on the train tasks' references.
+2. **GRPO.** `training.grpo.run_grpo` from the SFT model, on the exported train split
+   (`validators.export.export_split`), rewarded by the tasks' verifiers through the registry.
+3. **Evaluation.** `training.evaluation.sample_and_score` (k samples per eval task), then `evaluate` (pass@1
+   and pass@k with task-bootstrap 95% intervals) and `compare` (paired differences per task).
+
+Prints a table, then every figure as one JSON object on the last line. `--quick` is a smoke run of the same
+pipeline (few steps, few samples; its numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -41,11 +45,25 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from generators.base import derive_task  # noqa: E402
+from generators.programmatic import generate_variants  # noqa: E402
 from training.evaluation import Comparison, EvalReport, SampledVerdicts, compare, evaluate, sample_and_score  # noqa: E402
+from validators.seeds import load_seeds  # noqa: E402
 from validators.splits import SplitConfig, lineage_leaks, plan_splits  # noqa: E402
 from validators.tasks import check_tasks, compute_task_id  # noqa: E402
 
 FAMILY = "arithmetic"
+CONTACTS_TAG = "contacts"
+# Per setup: the recipe's defaults (flags override them), measured to fit ~30 minutes on 2 cores.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "contacts": {
+        "sft_steps": 20, "sft_lr": 1e-5, "sft_batch": 8, "grpo_steps": 24, "grpo_lr": 1e-5, "grpo_batch": 16,
+        "group": 8, "k": 8, "max_new_tokens": 48, "temperature": 0.7, "variants": 4,
+    },
+    "digits": {
+        "sft_steps": 150, "sft_lr": 3e-3, "sft_batch": 32, "grpo_steps": 200, "grpo_lr": 5e-4, "grpo_batch": 64,
+        "group": 8, "k": 16, "max_new_tokens": 16, "temperature": 1.0, "variants": 2,
+    },
+}  # fmt: skip
 SYSTEM = "Compute the result. End with the answer on its own line as '#### <number>'."
 # Paraphrases of one problem: they share the seed's lineage, so the split keeps them on one side.
 TEMPLATES = ("What is {a} {op} {b}?", "Calculate {a} {op} {b}.", "{a} {op} {b} = ?")
@@ -123,11 +141,32 @@ def arithmetic_tasks(
     return tasks
 
 
+def contact_tasks(variants: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The contact seeds and `variants - 1` variants of each, split as the pipeline splits the bundled seeds."""
+    from pipeline.resources import CurationPolicy
+
+    seeds = [{k: v for k, v in t.items() if k != "origin"} for t in load_seeds([REPO / "seeds"]).tasks]
+    sides = dict(
+        zip((t["task_id"] for t in seeds), plan_splits(seeds, CurationPolicy().split_config()).splits, strict=True)
+    )
+    contacts = [t for t in seeds if CONTACTS_TAG in t["tags"]]
+    tasks = contacts + generate_variants(contacts, per_seed=variants - 1, random_seed=0).tasks
+    train = [t for t in tasks if sides[t["lineage"]["seed_id"]] == "train"]
+    held_out = [t for t in tasks if sides[t["lineage"]["seed_id"]] == "eval"]
+    return checked_split(train, held_out)
+
+
 def split_tasks(tasks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train and eval by seed lineage; raises if any train task shares a lineage with an eval task."""
     sides = plan_splits(tasks, SPLIT).splits
     train = [t for t, side in zip(tasks, sides, strict=True) if side == "train"]
     held_out = [t for t, side in zip(tasks, sides, strict=True) if side == "eval"]
+    return checked_split(train, held_out)
+
+
+def checked_split(
+    train: list[dict[str, Any]], held_out: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     leaks = lineage_leaks(train, held_out)
     if leaks:
         raise RuntimeError(f"{len(leaks)} train tasks share a lineage with eval tasks, e.g. {leaks[0]}")
@@ -141,7 +180,7 @@ def scored(
 
     started = time.perf_counter()
     sampled = sample_and_score(
-        model, tasks, k=args.k, max_new_tokens=args.max_new_tokens, temperature=1.0, seed=1, batch_size=64
+        model, tasks, k=args.k, max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=1, batch_size=64
     )
     seconds = time.perf_counter() - started
     report = evaluate(sampled.passed, sampled.families, ks=sorted({1, args.k}), seed=0)
@@ -172,34 +211,40 @@ def diff_row(comparison: Comparison) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a ~2-minute smoke run (few steps, few tasks)")
-    parser.add_argument("--digits", type=int, default=1, help="digits per operand")
-    parser.add_argument("--no-carry", action="store_true", help="only problems without carry/borrow")
-    parser.add_argument("--seeds", type=int, default=1000, help="distinct problems (lineage roots), at most")
-    parser.add_argument("--ops", default="+-", help="operators, e.g. '+' or '+-'")
-    parser.add_argument("--variants", type=int, default=2, help="prompts per seed (1 = seeds only)")
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--sft-steps", type=int, default=150)
-    parser.add_argument("--sft-lr", type=float, default=3e-3)
-    parser.add_argument("--sft-batch", type=int, default=32)
-    parser.add_argument("--grpo-steps", type=int, default=200)
-    parser.add_argument("--grpo-lr", type=float, default=5e-4)
-    parser.add_argument("--grpo-batch", type=int, default=64, help="completions per step")
-    parser.add_argument("--group", type=int, default=8, help="num_generations (completions per prompt)")
-    parser.add_argument("--k", type=int, default=16, help="samples per eval task")
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--setup", choices=sorted(DEFAULTS), default="contacts", help="policy and tasks (see above)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (few steps, few samples)")
+    parser.add_argument("--models-dir", type=Path, default=Path.home() / ".cache" / "seedwheel-tests" / "models")
+    parser.add_argument("--digits", type=int, default=1, help="digits: digits per operand")
+    parser.add_argument("--no-carry", action="store_true", help="digits: only problems without carry/borrow")
+    parser.add_argument("--seeds", type=int, default=1000, help="digits: distinct problems (lineage roots), at most")
+    parser.add_argument("--ops", default="+-", help="digits: operators, e.g. '+' or '+-'")
+    parser.add_argument("--hidden", type=int, default=64, help="digits: the tiny model's width")
+    parser.add_argument("--layers", type=int, default=2, help="digits: the tiny model's depth")
+    parser.add_argument("--variants", type=int, help="prompts per seed (1 = seeds only)")
+    parser.add_argument("--sft-steps", type=int)
+    parser.add_argument("--sft-lr", type=float)
+    parser.add_argument("--sft-batch", type=int)
+    parser.add_argument("--grpo-steps", type=int)
+    parser.add_argument("--grpo-lr", type=float)
+    parser.add_argument("--grpo-batch", type=int, help="completions per step")
+    parser.add_argument("--group", type=int, help="num_generations (completions per prompt)")
+    parser.add_argument("--k", type=int, help="samples per eval task")
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--temperature", type=float, help="sampling temperature of GRPO and of evaluation")
     parser.add_argument("--eval-limit", type=int, default=0, help="evaluate on at most this many tasks (0 = all)")
     parser.add_argument(
         "--threads",
         type=int,
-        default=1,
-        help="torch threads; 1 is ~6x faster than 2 on a shared 2-core machine (no oversubscribed spinning)",
+        default=None,
+        help="torch threads (default: 2 for contacts; 1 for digits, ~6x faster than 2 for its tiny model)",
     )
     parser.add_argument("--workdir", type=Path, default=None, help="keep models here (default: a temp folder)")
     args = parser.parse_args()
+    for name, value in {**DEFAULTS[args.setup], "threads": 2 if args.setup == "contacts" else 1}.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.quick:
-        args.seeds, args.sft_steps, args.grpo_steps, args.k, args.eval_limit = 100, 20, 10, 2, 40
+        args.seeds, args.sft_steps, args.grpo_steps, args.k, args.eval_limit = 100, 2, 2, 2, 8
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("bench").setLevel(logging.INFO)
@@ -215,16 +260,22 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
 
+    from llm.models import bundled_model
     from training.grpo import cpu_defaults, grpo_config_class, run_grpo
     from training.sft import run_sft
     from training.tiny_model import build_tiny_model
     from validators.export import export_split
 
-    tasks = arithmetic_tasks(args.digits, list(args.ops), args.seeds, args.variants, carry=not args.no_carry)
-    problems = [(t["task_id"], p) for t, p in zip(tasks, check_tasks(tasks), strict=True) if p]
+    if args.setup == "contacts":
+        train, held_out = contact_tasks(args.variants)
+        family = "json_extraction (contacts)"
+    else:
+        tasks = arithmetic_tasks(args.digits, list(args.ops), args.seeds, args.variants, carry=not args.no_carry)
+        train, held_out = split_tasks(tasks)
+        family = FAMILY
+    problems = [(t["task_id"], p) for t, p in zip(train + held_out, check_tasks(train + held_out), strict=True) if p]
     if problems:
-        raise RuntimeError(f"{len(problems)} generated tasks failed validation, e.g. {problems[0]}")
-    train, held_out = split_tasks(tasks)
+        raise RuntimeError(f"{len(problems)} tasks failed validation, e.g. {problems[0]}")
     if args.eval_limit:
         held_out = random.Random(0).sample(held_out, min(args.eval_limit, len(held_out)))
     seeds_train = len({t["lineage"]["seed_id"] for t in train})
@@ -233,19 +284,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="seedwheel-learning-") as scratch:
         work = args.workdir or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
-        texts = [m["content"] for t in train for m in t["prompt"]] + [t["reference"] for t in train]
-        base = build_tiny_model(
-            work / "base",
-            texts,
-            vocab_size=512,
-            hidden_size=args.hidden,
-            num_layers=args.layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=args.hidden * 4,
-            max_position_embeddings=256,
-            seed=0,
-        )
+        if args.setup == "contacts":
+            base = bundled_model(args.models_dir)
+        else:
+            texts = [m["content"] for t in train for m in t["prompt"]] + [t["reference"] for t in train]
+            base = build_tiny_model(
+                work / "base",
+                texts,
+                vocab_size=512,
+                hidden_size=args.hidden,
+                num_layers=args.layers,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=args.hidden * 4,
+                max_position_embeddings=256,
+                seed=0,
+            )
         stages: dict[str, dict[str, Any]] = {}
         verdicts: dict[str, SampledVerdicts] = {}
         reports: dict[str, EvalReport] = {}
@@ -259,9 +313,9 @@ def main() -> int:
             max_steps=args.sft_steps,
             learning_rate=args.sft_lr,
             batch_size=args.sft_batch,
-            max_length=128,
+            max_length=256,
             seed=0,
-            overrides={"logging_steps": 25, "save_strategy": "no", "disable_tqdm": True},
+            overrides={"logging_steps": 5, "save_strategy": "no", "disable_tqdm": True},
         )
         sft_summary = sft.summary()
         verdicts["sft"], reports["sft"], stages["sft"] = scored("sft", sft.checkpoint_dir, held_out, args)
@@ -276,30 +330,34 @@ def main() -> int:
         config = grpo_config_class()(
             output_dir=str(work / "grpo"),
             train_file=str(exported.parquet),
-            reward_weights_by_verifier={"numeric_answer": 1.0},
+            reward_weights_by_verifier={"*": 1.0},
             per_device_train_batch_size=args.grpo_batch,
             num_generations=args.group,
             max_completion_length=args.max_new_tokens,
             max_steps=args.grpo_steps,
             learning_rate=args.grpo_lr,
-            logging_steps=10,
+            temperature=args.temperature,
+            logging_steps=1,
             save_strategy="no",
             seed=0,
             disable_tqdm=True,
             **cpu_defaults(),
         )
-        rewards: list[float] = []
-        grpo = run_grpo(
-            sft.checkpoint_dir, config, on_metrics=lambda m: rewards.append(m["reward"]) if "reward" in m else None
-        )
+        logged: list[dict[str, Any]] = []
+        grpo = run_grpo(sft.checkpoint_dir, config, on_metrics=lambda m: logged.append(m) if "reward" in m else None)
+        rewards = [m["reward"] for m in logged]
+        spread = [1 - m["frac_reward_zero_std"] for m in logged if m.get("frac_reward_zero_std") is not None]
         verdicts["grpo"], reports["grpo"], stages["grpo"] = scored("grpo", grpo.checkpoint_dir, held_out, args)
         tokens = grpo.last_metric("num_tokens") or 0
         stages["grpo"].update(
             train_seconds=round(grpo.train_seconds, 1),
             train_tokens_per_second=round(tokens / grpo.train_seconds, 1) if grpo.train_seconds else None,
             steps=grpo.steps,
+            seconds_per_step=round(grpo.train_seconds / grpo.steps, 1) if grpo.steps else None,
             reward_first=round(rewards[0], 3) if rewards else None,
             reward_last=round(rewards[-1], 3) if rewards else None,
+            reward_mean=round(sum(rewards) / len(rewards), 3) if rewards else None,
+            groups_with_reward_spread=round(sum(spread) / len(spread), 3) if spread else None,
         )
 
     families = verdicts["base"].families
@@ -311,8 +369,9 @@ def main() -> int:
     pass_k = f"pass@{args.k}"
     print()
     print(
-        f"Held-out {FAMILY}: {len(held_out)} eval tasks ({seeds_eval} seeds), {len(train)} train tasks "
-        f"({seeds_train} seeds), k={args.k} samples per task at temperature 1.0; 95% task-bootstrap intervals"
+        f"Held-out {family}: {len(held_out)} eval tasks ({seeds_eval} seeds), {len(train)} train tasks "
+        f"({seeds_train} seeds), k={args.k} samples per task at temperature {args.temperature}; 95% task-bootstrap "
+        "intervals"
     )
     header = f"{'stage':<6} {'pass@1':<22} {pass_k:<22} {'train s':>8} {'train tok/s':>12} {'eval s':>7}"
     print(header)
@@ -328,7 +387,12 @@ def main() -> int:
     print(f"SFT  - base: {sft_vs_base.overall.difference.signed()}")
     print(f"GRPO - SFT : {grpo_vs_sft.overall.difference.signed()}")
     print(f"GRPO - base: {grpo_vs_base.overall.difference.signed()}")
-    print(f"GRPO reward (train batches): {stages['grpo']['reward_first']} -> {stages['grpo']['reward_last']}")
+    grpo_stage = stages["grpo"]
+    print(
+        f"GRPO reward (train batches): {grpo_stage['reward_first']} -> {grpo_stage['reward_last']} (mean "
+        f"{grpo_stage['reward_mean']}); groups with a reward spread: {grpo_stage['groups_with_reward_spread']}; "
+        f"{grpo_stage['seconds_per_step']} s/step"
+    )
     print(f"wall time: {wall:.0f} s")
 
     recipe = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}

@@ -114,8 +114,8 @@ def _judge_policy(settings: Settings) -> JudgePolicy:
     if settings.profile == "production":
         return JudgePolicy(use_labels="accepted")
     # A 135M judge is a poor judge (its kappa is reported and warned about): its labels are shown, not used to
-    # filter; one task and one audit item per family keep the quickstart within minutes on 2 cores.
-    return JudgePolicy(use_labels="all", max_per_family=1, calibration_per_family=1, calibration_samples=2)
+    # filter; one task and one audit item per family, judged once, keep the quickstart within minutes on 2 cores.
+    return JudgePolicy(use_labels="all", max_per_family=1, calibration_per_family=1, calibration_samples=1)
 
 
 def _training_policy(settings: Settings) -> TrainingPolicy:
@@ -127,7 +127,7 @@ def _training_policy(settings: Settings) -> TrainingPolicy:
         grpo = {"num_generations": 8, "max_completion_length": 1024, "max_prompt_tokens": 2048, "save_steps": 50}
         return TrainingPolicy(**shared, grpo=grpo)
     # The bundled 135M model on 2 CPU cores: a short SFT warm-up on the references, a difficulty profile of the
-    # 4 easiest tasks per family (the contact-extraction seeds are the ones it solves sometimes), and two GRPO
+    # 3 easiest tasks per family (the contact-extraction seeds are the ones it solves sometimes), and two GRPO
     # steps on the learnable ones alone, 4 completions per prompt so that a group's rewards can differ. Sampling at
     # 0.7 everywhere: at 1.0 over the full distribution a 135M model's answers fall apart.
     grpo = {
@@ -150,7 +150,7 @@ def _training_policy(settings: Settings) -> TrainingPolicy:
         difficulty_max_new_tokens=48,
         difficulty_batch_size=16,
         difficulty_temperature=0.7,
-        difficulty_max_per_family=4,
+        difficulty_max_per_family=3,
         grpo_unprofiled=False,
         runtime="cpu",
         grpo=grpo,

@@ -1,7 +1,7 @@
 """Integration: the whole asset graph on the example seeds, offline, with a real `seedwheel serve` on loopback,
 on the multiprocess executor.
 
-One materialization is shared by the module's tests (5-10 minutes on 2 cores); the rerun test
+One materialization is shared by the module's tests (about 10 minutes on 2 cores); the rerun test
 then checks that the caches make a second run free of LLM calls.
 """
 
@@ -38,7 +38,7 @@ CHECKS = {
     ("reward_sound", True, "passed"),
 }
 
-# The whole graph on the real model takes 15-20 minutes on 2 cores, past the suite's per-test default.
+# The whole graph on the real model takes about 10 minutes on 2 cores, past the suite's per-test default.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
@@ -189,7 +189,7 @@ def test_the_judge_runs_end_to_end_and_its_errors_are_visible(quickstart):
     judged_rows = judged[judged["judge_verdict"] != "not_judged"]
     assert len(judged_rows) and (judged_rows["judge_verdict"] == "judge_error").mean() <= 0.05
     calibration = asset(summary, "judge_calibration").metadata
-    assert calibration["items"] == len(read_table(settings.home / "judge_calibration.parquet")) // 2  # 2 samples
+    assert calibration["items"] == len(read_table(settings.home / "judge_calibration.parquet"))  # 1 sample each
     assert "judge_error_rate" in calibration and "confusion" in calibration
 
 
@@ -205,22 +205,40 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     metadata = asset(summary, "grpo_checkpoint").metadata
     assert metadata["steps"] == grpo["config"]["grpo"]["max_steps"]  # streamed back from the Pipes child
     assert metadata["reward_curve"].startswith("![")
-    assert "numeric_answer" in metadata["verifier_versions"]
+    assert "json_schema" in metadata["verifier_versions"]  # the contact-extraction tasks it learns from
     profile = read_table(settings.home / "difficulty_profile.parquet")
     profiled = profile[profile["label"] != "not_profiled"]
-    # The quickstart profiles one task per family from real samples of the SFT checkpoint.
-    assert profiled.groupby("family").size().to_dict() == profile.groupby("family").size().clip(upper=1).to_dict()
+    # The quickstart profiles the 3 easiest tasks per family from real samples of the SFT checkpoint.
+    assert profiled.groupby("family").size().to_dict() == profile.groupby("family").size().clip(upper=3).to_dict()
     assert (profiled["samples"] == 4).all() and profiled["rollouts"].map(len).eq(4).all()
-    # Profiled tasks it always or never solves leave the GRPO set; the tasks over the cap stay in.
-    kept = profile["label"].isin(["learnable", "not_profiled"])
+    # The contact-extraction seeds are within the bundled model's reach: some are solved sometimes.
+    assert (profile["label"] == "learnable").any()
+    # GRPO trains on the learnable tasks alone, and its groups' rewards differ: a gradient flows.
+    kept = profile["label"] == "learnable"
     assert profile["in_grpo_set"].astype(bool).tolist() == kept.tolist()
     assert set(grpo["train_task_ids"]) == set(profile.loc[kept, "task_id"])
+    assert metadata["groups_with_reward_spread"] > 0
+    assert weights_differ(Path(sft["checkpoint"]), Path(grpo["checkpoint"]))
     evaluation = read_table(settings.home / "checkpoint_eval.parquet")
     assert set(evaluation["role"]) == {"baseline", "candidate"}
     assert set(evaluation["family"]) == set(read_table(settings.home / "eval_tasks.parquet")["family"])
-    assert evaluation["completion"].str.len().sum() > 0  # real completions, scored by the verifiers
+    # Both models pass some eval tasks: the promotion decision compares real pass rates, not 0 with 0.
+    passed = evaluation.groupby("role")["passed"].sum()
+    assert passed["baseline"] > 0 and passed["candidate"] > 0
     decision = asset(summary, "promotion").metadata
     assert decision["candidate"] == grpo["checkpoint"] and decision["reasons"]
+
+
+def weights_differ(first: Path, second: Path) -> bool:
+    """Whether any weight tensor of two checkpoints (same architecture, safetensors) differs."""
+    from safetensors import safe_open
+
+    with (
+        safe_open(str(first / "model.safetensors"), "pt") as a,
+        safe_open(str(second / "model.safetensors"), "pt") as b,
+    ):
+        names = list(a.keys())  # a safetensors file handle, not a dict: it is not iterable
+        return any(not a.get_tensor(name).equal(b.get_tensor(name)) for name in names)
 
 
 def test_production_failures_become_tasks_variants_and_a_separate_eval_line(quickstart):
