@@ -56,7 +56,7 @@ CONTACTS_TAG = "contacts"
 # Per setup: the recipe's defaults (flags override them), measured to fit ~30 minutes on 2 cores.
 DEFAULTS: dict[str, dict[str, Any]] = {
     "contacts": {
-        "sft_steps": 20, "sft_lr": 1e-5, "sft_batch": 8, "grpo_steps": 24, "grpo_lr": 1e-5, "grpo_batch": 16,
+        "sft_steps": 5, "sft_lr": 1e-5, "sft_batch": 8, "grpo_steps": 30, "grpo_lr": 2e-5, "grpo_batch": 16,
         "group": 8, "k": 8, "max_new_tokens": 48, "temperature": 0.7, "variants": 4,
     },
     "digits": {

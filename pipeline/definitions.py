@@ -161,10 +161,10 @@ def _promotion_gate(settings: Settings) -> PromotionGate:
     registry = str(settings.home / "promotion" / "promoted.json")
     if settings.profile == "production":
         return PromotionGate(registry_path=registry)
-    # The two easiest eval tasks of each family (and every held-out production failure), 4 samples each: the
+    # The easiest eval task of each family (and every held-out production failure), 4 samples each: the
     # decision is real and made from real completions; two GRPO steps cannot be shown to help on so few tasks,
     # and the gate says so.
-    return PromotionGate(registry_path=registry, samples=4, max_new_tokens=48, temperature=0.7, max_per_family=2)
+    return PromotionGate(registry_path=registry, samples=4, max_new_tokens=48, temperature=0.7, max_per_family=1)
 
 
 def _nightly_regeneration(settings: Settings) -> dg.ScheduleDefinition:
