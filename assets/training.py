@@ -23,6 +23,7 @@ from assets.plots import bar_chart, line_chart
 from llm import tether
 from pipeline.resources import SeedRepository, StorageRoot, TrainingPolicy
 from training.evaluation import sample_and_score
+from training.grpo import reward_spread
 from training.grpo_job import METRICS_MESSAGE_KIND
 from training.preferences import DEFAULT_MAX_PAIRS_PER_TASK, PAIR_COLUMNS, build_preference_pairs, export_pairs
 from training.reward_audit import audit_reward, load_labelled
@@ -308,7 +309,7 @@ def grpo_checkpoint(
             "train_tasks_run_id": manifest.loc[0, "train_tasks_run_id"],
             "job_config": dg.MetadataValue.path(str(config_path)),
             "reward_curve": _reward_curve(steps),
-            "groups_with_reward_spread": dg.MetadataValue.float(_reward_spread(steps)),
+            "groups_with_reward_spread": dg.MetadataValue.float(reward_spread(steps) or 0.0),
         },
     )
 
@@ -387,15 +388,6 @@ def preference_pairs(
             ),
         },
     )
-
-
-def _reward_spread(steps: list[dict[str, Any]]) -> float:
-    """The share of GRPO groups whose completions' rewards differ, over all steps: the run's learning signal.
-
-    A group whose completions all paid the same (zero reward std) has zero advantage and teaches nothing.
-    """
-    spreads = [1.0 - float(m["frac_reward_zero_std"]) for m in steps if m.get("frac_reward_zero_std") is not None]
-    return sum(spreads) / len(spreads) if spreads else 0.0
 
 
 def _reward_curve(steps: list[dict[str, Any]]) -> dg.MetadataValue:

@@ -11,7 +11,7 @@ Every row runs to `--max-tokens`, so the cases compare like with like: EOS is sw
 tokens/s is generated tokens over wall time (prefill included). Each case runs `--repeats` times after one warm-up;
 the best run counts (the machine is shared).
 
-The judge cases measure prefix sharing: batches of 8 real judge requests (the rubric, about 1.5k tokens, is the
+The judge cases measure prefix sharing: batches of 8 real judge requests (the rubric, about 1.1k tokens, is the
 same system message for every task; seed tasks as the data), answers of 16 tokens, first with prefix sharing off
 (`prefix_cache_entries=0`, every prompt prefilled whole), then on; `speedup` is their ratio, measured in this
 run. Prints a table, then every figure as one JSON object on the last line.

@@ -57,11 +57,11 @@ CONTACTS_TAG = "contacts"
 DEFAULTS: dict[str, dict[str, Any]] = {
     "contacts": {
         "sft_steps": 5, "sft_lr": 1e-5, "sft_batch": 8, "grpo_steps": 30, "grpo_lr": 2e-5, "grpo_batch": 16,
-        "group": 8, "k": 8, "max_new_tokens": 48, "temperature": 0.7, "variants": 4,
+        "group": 8, "k": 8, "max_new_tokens": 48, "temperature": 0.7, "variants": 4, "threads": 2,
     },
     "digits": {
         "sft_steps": 150, "sft_lr": 3e-3, "sft_batch": 32, "grpo_steps": 200, "grpo_lr": 5e-4, "grpo_batch": 64,
-        "group": 8, "k": 16, "max_new_tokens": 16, "temperature": 1.0, "variants": 2,
+        "group": 8, "k": 16, "max_new_tokens": 16, "temperature": 1.0, "variants": 2, "threads": 1,
     },
 }  # fmt: skip
 SYSTEM = "Compute the result. End with the answer on its own line as '#### <number>'."
@@ -240,7 +240,7 @@ def main() -> int:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="keep models here (default: a temp folder)")
     args = parser.parse_args()
-    for name, value in {**DEFAULTS[args.setup], "threads": 2 if args.setup == "contacts" else 1}.items():
+    for name, value in DEFAULTS[args.setup].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.quick:
@@ -261,7 +261,7 @@ def main() -> int:
     hf_logging.disable_progress_bar()
 
     from llm.models import bundled_model
-    from training.grpo import cpu_defaults, grpo_config_class, run_grpo
+    from training.grpo import cpu_defaults, grpo_config_class, reward_spread, run_grpo
     from training.sft import run_sft
     from training.tiny_model import build_tiny_model
     from validators.export import export_split
@@ -343,10 +343,9 @@ def main() -> int:
             disable_tqdm=True,
             **cpu_defaults(),
         )
-        logged: list[dict[str, Any]] = []
-        grpo = run_grpo(sft.checkpoint_dir, config, on_metrics=lambda m: logged.append(m) if "reward" in m else None)
-        rewards = [m["reward"] for m in logged]
-        spread = [1 - m["frac_reward_zero_std"] for m in logged if m.get("frac_reward_zero_std") is not None]
+        grpo = run_grpo(sft.checkpoint_dir, config)
+        rewards = [m["reward"] for m in grpo.metrics_history if m.get("reward") is not None]
+        spread = reward_spread(grpo.metrics_history)
         verdicts["grpo"], reports["grpo"], stages["grpo"] = scored("grpo", grpo.checkpoint_dir, held_out, args)
         tokens = grpo.last_metric("num_tokens") or 0
         stages["grpo"].update(
@@ -357,7 +356,7 @@ def main() -> int:
             reward_first=round(rewards[0], 3) if rewards else None,
             reward_last=round(rewards[-1], 3) if rewards else None,
             reward_mean=round(sum(rewards) / len(rewards), 3) if rewards else None,
-            groups_with_reward_spread=round(sum(spread) / len(spread), 3) if spread else None,
+            groups_with_reward_spread=None if spread is None else round(spread, 3),
         )
 
     families = verdicts["base"].families

@@ -135,7 +135,7 @@ class VariantPlan(dg.ConfigurableResource):
     families: list[str] | None = None
     rewrite_kinds: list[str] = Field(default_factory=lambda: ["paraphrase"])
     rewrites_per_kind: int = 1
-    # Rewrite at most this many parents per family (None: all), the first by task id: caps the LLM calls.
+    # Rewrite at most this many parents per family (None: all), the easiest first: caps the LLM calls.
     rewrite_max_per_family: int | None = None
 
     def check(self, known_families: set[str]) -> None:

@@ -336,6 +336,20 @@ class GRPOResult:
         }
 
 
+def reward_spread(metrics: Sequence[Mapping[str, Any]]) -> float | None:
+    """The share of GRPO groups whose completions' rewards differ, averaged over logged steps; None if none logged.
+
+    A group whose completions all paid the same (TRL's `frac_reward_zero_std`) has zero advantage and teaches
+    nothing, so this is the run's learning signal: 0 means no gradient flowed from the rewards.
+
+    Example:
+        >>> reward_spread([{"frac_reward_zero_std": 0.0}, {"frac_reward_zero_std": 0.5}, {"loss": 1.0}])
+        0.75
+    """
+    spreads = [1.0 - float(m["frac_reward_zero_std"]) for m in metrics if m.get("frac_reward_zero_std") is not None]
+    return sum(spreads) / len(spreads) if spreads else None
+
+
 def load_train_split(train_file: str | os.PathLike[str]) -> Dataset:
     """The exported split as a `datasets.Dataset`, read with `load_dataset("parquet")` and held in memory.
 

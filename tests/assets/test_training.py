@@ -7,6 +7,7 @@ about (the whole chain on the tiny model runs in tests/test_quickstart_graph.py)
 import dataclasses
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -115,19 +116,24 @@ def test_promotion_decides_on_the_paired_comparison(settings, candidate, baselin
         assert metadata["promoted_model"] == "base-model"
 
 
-def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_empty_set(settings, tiny_model_dir):
-    tasks = [t for t in bundled_tasks(settings, per_family=3) if t["family"] in ("arithmetic", "sql")]  # short prompts
+def plant_profile_inputs(settings, policy_dir: Path) -> list[dict]:
+    """difficulty_profile's upstream: 3 bundled tasks of each short-prompt family and an untrained SFT manifest."""
+    tasks = [t for t in bundled_tasks(settings, per_family=3) if t["family"] in ("arithmetic", "sql")]
     plant_train_tasks(settings, tasks)
-    manifest = {"stage": "sft", "trained": False, "checkpoint": str(tiny_model_dir), "base_model": str(tiny_model_dir)}
+    manifest = {"stage": "sft", "trained": False, "checkpoint": str(policy_dir), "base_model": str(policy_dir)}
     write_table(pd.DataFrame([manifest]), settings.home / "sft_checkpoint.parquet")
-    overrides = {
-        "training": {
-            "difficulty_profile": True,
-            "difficulty_k": 2,
-            "difficulty_max_new_tokens": 4,
-            "difficulty_max_per_family": None,  # every task (the quickstart profiles two per family)
-        }
-    }
+    return tasks
+
+
+def profile_overrides(**training: object) -> dict[str, dict[str, object]]:
+    """Resources for a quick profile: 2 samples of 4 tokens per task, plus `training`'s settings."""
+    return {"training": {"difficulty_profile": True, "difficulty_k": 2, "difficulty_max_new_tokens": 4, **training}}
+
+
+def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_empty_set(settings, tiny_model_dir):
+    tasks = plant_profile_inputs(settings, tiny_model_dir)
+    # Every task (the quickstart profiles three per family).
+    overrides = profile_overrides(difficulty_max_per_family=None)
     summary = materialize(settings, "key:difficulty_profile or key:grpo_checkpoint", resources=overrides)
     profile = read_table(settings.home / "difficulty_profile.parquet")
     assert profile["task_id"].tolist() == [t["task_id"] for t in tasks]
@@ -146,19 +152,8 @@ def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_
 
 @pytest.mark.parametrize("grpo_unprofiled", [True, False])
 def test_a_capped_difficulty_profile_samples_the_easiest_tasks_per_family(settings, tiny_model_dir, grpo_unprofiled):
-    tasks = [t for t in bundled_tasks(settings, per_family=3) if t["family"] in ("arithmetic", "sql")]
-    plant_train_tasks(settings, tasks)
-    manifest = {"stage": "sft", "trained": False, "checkpoint": str(tiny_model_dir), "base_model": str(tiny_model_dir)}
-    write_table(pd.DataFrame([manifest]), settings.home / "sft_checkpoint.parquet")
-    overrides = {
-        "training": {
-            "difficulty_profile": True,
-            "difficulty_k": 2,
-            "difficulty_max_new_tokens": 4,
-            "difficulty_max_per_family": 1,
-            "grpo_unprofiled": grpo_unprofiled,
-        }
-    }
+    tasks = plant_profile_inputs(settings, tiny_model_dir)
+    overrides = profile_overrides(difficulty_max_per_family=1, grpo_unprofiled=grpo_unprofiled)
     summary = materialize(settings, "key:difficulty_profile", resources=overrides)
     assert summary.success, summary.failures
     profile = read_table(settings.home / "difficulty_profile.parquet")
