@@ -64,7 +64,7 @@ def reward_audit(
     funcs, weights = build_reward_funcs(training.reward_weights, context=verify_context)
     labelled = load_labelled(seeds.folder / REWARD_AUDIT_FILE, context=verify_context)
     tasks = records_from_frame(train_tasks[list(TASK_FIELDS)])
-    audit = audit_reward(funcs, weights, tasks, labelled, policy=training.audit_policy())
+    audit = audit_reward(funcs, weights, tasks, labelled, policy=training.audit_policy(), context=verify_context)
     for reason in audit.reasons:
         context.log.info(f"reward audit: {reason}")
     rows = pd.DataFrame(audit.rows)

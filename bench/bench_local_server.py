@@ -11,15 +11,18 @@ Every row runs to `--max-tokens`, so the cases compare like with like: EOS is sw
 tokens/s is generated tokens over wall time (prefill included). Each case runs `--repeats` times after one warm-up;
 the best run counts (the machine is shared).
 
-The judge cases measure prefix sharing: batches of 8 real judge requests (the rubric, about 1.1k tokens, is the
-same system message for every task; seed tasks as the data), answers of 16 tokens, first with prefix sharing off
-(`prefix_cache_entries=0`, every prompt prefilled whole), then on; `speedup` is their ratio, measured in this
-run. Prints a table, then every figure as one JSON object on the last line.
+The judge cases measure the prefill: batches of 8 real judge requests (the rubric, about 1.1k tokens, is the
+same system message for every task; seed tasks of every family in turn as the data, so a batch mixes a long tool
+list with short questions), answers of 16 tokens. First with prefix sharing off (`prefix_cache_entries=0`, every
+prompt prefilled whole) and one padded prefill per batch (`prefill_padding=None`), then with prefix sharing, then
+with rows of very different lengths also prefilled apart (the engine's default); the speedups are their ratios,
+measured in this run. Prints a table, then every figure as one JSON object on the last line.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -31,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from llm.generation import Engine, GenerationRequest  # noqa: E402
+from llm.generation import PREFILL_PADDING, PREFIX_CACHE_ENTRIES, Engine, GenerationRequest  # noqa: E402
 from llm.models import bundled_model  # noqa: E402
 from validators.judge.prompt import judge_messages  # noqa: E402
 from validators.judge.rubric import DEFAULT_RUBRIC  # noqa: E402
@@ -94,10 +97,18 @@ def generate_case(engine: Engine, rows: int, max_tokens: int, repeats: int) -> d
     return best
 
 
-def judge_case(engine: Engine, prefix_cache_entries: int, max_tokens: int, repeats: int) -> dict[str, Any]:
-    """Batches of 8 judge requests, each batch a different 8 seed tasks (the same rubric), one after another."""
-    engine = Engine(engine.model, engine.tokenizer, prefix_cache_entries=prefix_cache_entries)
-    tasks = load_seeds([REPO / "seeds"]).tasks[: JUDGE_BATCH * (repeats + 1)]
+def judge_case(
+    engine: Engine, prefix_cache_entries: int, prefill_padding: int | None, max_tokens: int, repeats: int
+) -> dict[str, Any]:
+    """Batches of 8 judge requests, each a different 8 seed tasks of mixed families (the same rubric), in turn."""
+    engine = Engine(
+        engine.model, engine.tokenizer, prefix_cache_entries=prefix_cache_entries, prefill_padding=prefill_padding
+    )
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    for task in load_seeds([REPO / "seeds"]).tasks:
+        by_family.setdefault(task["family"], []).append(task)
+    mixed = [task for group in itertools.zip_longest(*by_family.values()) for task in group if task is not None]
+    tasks = mixed[: JUDGE_BATCH * (repeats + 1)]
     prompts = [engine.prompt_ids(judge_messages(task, DEFAULT_RUBRIC)) for task in tasks]
     started = time.perf_counter()
     cached = prompt_tokens = 0
@@ -135,10 +146,13 @@ def main() -> None:
             figures[name] = engine_case(engine, rows, args.max_tokens, constrained, args.repeats)
         figures[f"hf_generate_free_x{rows}"] = generate_case(engine, rows, args.max_tokens, args.repeats)
     judge = {
-        "judge_prefix_sharing_off": judge_case(engine, 0, 16, args.repeats),
-        "judge_prefix_sharing_on": judge_case(engine, 4, 16, args.repeats),
+        "judge_baseline": judge_case(engine, 0, None, 16, args.repeats),
+        "judge_prefix_sharing": judge_case(engine, PREFIX_CACHE_ENTRIES, None, 16, args.repeats),
+        "judge_grouped_prefill": judge_case(engine, PREFIX_CACHE_ENTRIES, PREFILL_PADDING, 16, args.repeats),
     }
-    speedup = judge["judge_prefix_sharing_off"]["seconds"] / judge["judge_prefix_sharing_on"]["seconds"]
+    seconds = {name: row["seconds"] for name, row in judge.items()}
+    prefix_speedup = seconds["judge_baseline"] / seconds["judge_prefix_sharing"]
+    grouping_speedup = seconds["judge_prefix_sharing"] / seconds["judge_grouped_prefill"]
     print(f"{'case':<28} {'tokens':>7} {'seconds':>8} {'tokens/s':>9}")
     for name, row in figures.items():
         if isinstance(row, dict):
@@ -149,8 +163,9 @@ def main() -> None:
             f"{name:<28} {row['requests']:>8} {row['prompt_tokens']:>10} {row['cached_prompt_tokens']:>7} "
             f"{row['seconds']:>8} {row['requests_per_s']:>6}"
         )
-    print(f"prefix sharing speedup: {speedup:.2f}x")
-    print(json.dumps({**figures, **judge, "judge_prefix_speedup": round(speedup, 2)}))
+    print(f"prefix sharing speedup: {prefix_speedup:.2f}x; grouped prefill on top of it: {grouping_speedup:.2f}x")
+    speedups = {"judge_prefix_speedup": round(prefix_speedup, 2), "judge_grouping_speedup": round(grouping_speedup, 2)}
+    print(json.dumps({**figures, **judge, **speedups}))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ prefixes, and reused by later batches that start with it (a longer prefix is bui
 one). Each row's remaining tokens are then prefilled with padding between the prefix and them, which the
 attention mask hides; positions still count real tokens only, so the result equals an unshared prefill.
 
+Rows of very different lengths (a judge request with a long tool list next to one with a short question) are
+prefilled in groups of similar length, longest first, and their KV caches are then joined into one padded batch
+for the decode loop: a short row does not pay to prefill the padding a long one would give it. The padding
+positions are zeros that the mask hides, so the joined cache equals one prefilled as a single padded batch.
+
 Structured outputs use llguidance: a JSON Schema (or "any JSON object") is compiled once into a grammar and each
 constrained row gets a matcher over it. Before every sampling step the matcher's allowed-token bitmask sets all
 other logits to -inf; the sampled token is then consumed by the matcher, and the row ends when the matcher is
@@ -71,6 +76,9 @@ GRAMMAR_CACHE_SIZE = 64
 PREFIX_BLOCK = 64
 # Prefixes kept (least recently used dropped first); one is a few MB per 100 tokens for a 135M model.
 PREFIX_CACHE_ENTRIES = 4
+# A row joins the prefill group of the longer rows before it while its padding there is at most this many tokens,
+# about what one more forward call costs on CPU; a longer gap starts a new group (`prefill_groups`).
+PREFILL_PADDING = 32
 
 
 class InvalidGenerationRequest(ValueError):
@@ -172,6 +180,9 @@ class Engine:
         tokenizer: Its tokenizer; a fast one with a chat template.
         prefix_cache_entries: Shared prompt prefixes whose KV cache is kept between batches; 0 turns prefix
             sharing off (every prompt is prefilled whole, as a baseline to measure it against).
+        prefill_padding: Most padding tokens a row is prefilled with in a group of longer rows (see
+            `prefill_groups`); None prefills a batch as one group padded to its longest row (the baseline).
+            Models with sliding-window layers always take one group.
 
     Raises:
         ValueError: The tokenizer has no chat template, or is not a fast tokenizer (llguidance needs one).
@@ -187,6 +198,7 @@ class Engine:
         tokenizer: PreTrainedTokenizerBase,
         *,
         prefix_cache_entries: int = PREFIX_CACHE_ENTRIES,
+        prefill_padding: int | None = PREFILL_PADDING,
     ) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
@@ -211,6 +223,8 @@ class Engine:
         self._compile = functools.lru_cache(maxsize=GRAMMAR_CACHE_SIZE)(self._compile_uncached)
         self.prefix_cache_entries = prefix_cache_entries
         self._prefixes: OrderedDict[tuple[int, ...], DynamicCache] = OrderedDict()
+        # Joining group caches pads their middle; a sliding-window layer keeps only its window, so it cannot be.
+        self.prefill_padding = None if _has_sliding_layers(model) else prefill_padding
 
     @classmethod
     def load(cls, model: str, *, device: str = "cpu") -> Engine:
@@ -379,40 +393,36 @@ class Engine:
 
         Returns how many prompt tokens of each request came from the prefix cache.
         """
-        from transformers import DynamicCache
-
-        offset, cached, cache = self._shared_prefix(requests)
-        suffixes = [request.prompt_ids[offset:] for request in requests]
-        width = max(len(suffix) for suffix in suffixes)
-        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(requests), offset + width), dtype=torch.long)
+        offset, cached, prefix = self._shared_prefix(requests)
+        lengths = [len(request.prompt_ids) - offset for request in requests]
+        width = max(lengths)
+        # The batch's layout: the shared prefix, then each row's own tokens right-aligned after padding.
+        attention = torch.zeros((len(requests), offset + width), dtype=torch.long, device=self.device)
         attention[:, :offset] = 1
-        for i, suffix in enumerate(suffixes):
-            input_ids[i, width - len(suffix) :] = torch.tensor(list(suffix))
-            attention[i, offset + width - len(suffix) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        # Padding sits left of each row's own tokens (after the shared prefix): positions count real tokens only.
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, offset:]
-        if cache is None:
-            cache = DynamicCache(config=self.model.config)
+        for i, length in enumerate(lengths):
+            attention[i, offset + width - length :] = 1
+        if self.prefill_padding is None:
+            groups = [list(range(len(requests)))]
         else:
-            cache.batch_repeat_interleave(len(requests))
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=positions,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        if cache.get_seq_length() != offset + width:  # an older transformers ignores `cache=`
-            raise RuntimeError("The model did not fill the KV cache it was given: upgrade transformers (>= 5.24).")
-        # One prefill per prompt; its n rows share it by indexing (the cache, the mask, the next position).
-        expand = torch.tensor([row.request for row in rows], device=self.device)
+            groups = prefill_groups(lengths, self.prefill_padding)
+        caches, last_logits = [], []
+        for k, group in enumerate(groups):
+            # Each group fills a copy of the prefix's cache (the last one takes the batch's own copy).
+            start = prefix if prefix is None or k == len(groups) - 1 else copy.deepcopy(prefix)
+            cache, logits = self._prefill([requests[i] for i in group], offset, attention[group], start)
+            caches.append(cache)
+            last_logits.append(logits)
+        cache = caches[0] if len(groups) == 1 else _join_caches(caches, offset, width, self.model.config)
+        logits = torch.cat(last_logits)
+        # The groups hold the requests longest first; each of a request's n rows takes its prefill by indexing
+        # (the cache and the logits in group order, the mask in request order).
+        place = {request: k for k, request in enumerate(i for group in groups for i in group)}
+        expand = torch.tensor([place[row.request] for row in rows], device=self.device)
         cache.batch_select_indices(expand)
-        logits = out.logits[:, -1, :].float()[expand]
-        attention = attention[expand]
-        next_position = positions[expand, -1] + 1
+        logits = logits[expand]
+        attention = attention[[row.request for row in rows]]
+        # Positions count real tokens only: the next one is the prompt's length.
+        next_position = torch.tensor([len(requests[row.request].prompt_ids) for row in rows], device=self.device)
         temperature = torch.tensor([requests[r.request].temperature for r in rows], device=self.device)
         top_p = torch.tensor([requests[r.request].top_p for r in rows], device=self.device)
         live = list(range(len(rows)))  # rows[live[i]] is batch row i
@@ -439,6 +449,44 @@ class Engine:
             )
             logits = out.logits[:, -1, :].float()
             next_position = next_position + 1
+
+    def _prefill(
+        self,
+        requests: Sequence[GenerationRequest],
+        offset: int,
+        attention: torch.Tensor,
+        prefix: DynamicCache | None,
+    ) -> tuple[DynamicCache, torch.Tensor]:
+        """Prefill the tokens after the shared prefix of one group of rows: `(its KV cache, its last logits)`.
+
+        `attention` is the group's rows in the batch's layout; the group's own layout drops the padding columns
+        every row of it has (its width is its longest row). `prefix` (one row) is filled in place.
+        """
+        from transformers import DynamicCache
+
+        group_width = max(len(request.prompt_ids) for request in requests) - offset
+        input_ids = torch.full((len(requests), group_width), self.pad_id, dtype=torch.long)
+        for i, request in enumerate(requests):
+            suffix = request.prompt_ids[offset:]
+            input_ids[i, group_width - len(suffix) :] = torch.tensor(list(suffix))
+        attention = torch.cat([attention[:, :offset], attention[:, attention.shape[1] - group_width :]], dim=1)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, offset:]
+        if prefix is None:
+            cache = DynamicCache(config=self.model.config)
+        else:
+            cache = prefix
+            cache.batch_repeat_interleave(len(requests))
+        out = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        if cache.get_seq_length() != offset + group_width:  # an older transformers ignores `cache=`
+            raise RuntimeError("The model did not fill the KV cache it was given: upgrade transformers (>= 5.24).")
+        return cache, out.logits[:, -1, :].float()
 
     def _shared_prefix(self, requests: Sequence[GenerationRequest]) -> tuple[int, int, DynamicCache | None]:
         """The batch's common prompt prefix in whole blocks: `(length, tokens read from the cache, its KV cache)`.
@@ -573,6 +621,59 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     if bits.shape[1] < vocab_size:
         bits = torch.cat([bits, bits.new_zeros((bits.shape[0], vocab_size - bits.shape[1]))], dim=1)
     return bits[:, :vocab_size]
+
+
+def prefill_groups(lengths: Sequence[int], max_padding: int) -> list[list[int]]:
+    """Rows grouped for prefill: longest first, a row joining a group while it needs at most `max_padding` pads.
+
+    A group is padded to its first (longest) row, so a row of length `l` in a group of width `w` costs `w - l`
+    padding tokens; past `max_padding`, a forward call of its own is cheaper.
+
+    Args:
+        lengths: Tokens each row prefills.
+        max_padding: Most padding tokens a row may take to join a group.
+
+    Returns:
+        Row indices per group, longest rows first (ties in input order).
+
+    Example:
+        >>> prefill_groups([900, 40, 880, 30, 5], 32)
+        [[0, 2], [1, 3], [4]]
+    """
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if groups and lengths[groups[-1][0]] - lengths[i] <= max_padding:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _join_caches(caches: Sequence[DynamicCache], offset: int, width: int, config: Any) -> DynamicCache:
+    """Group caches (prefix, then their own width) joined into one batch of width `width` after the prefix.
+
+    Each group's rows get zeros between the prefix and their own tokens, which the batch's attention mask hides.
+    """
+    from transformers import DynamicCache
+
+    def padded(states: torch.Tensor) -> torch.Tensor:
+        missing = offset + width - states.shape[2]
+        pad = states.new_zeros((*states.shape[:2], missing, states.shape[3]))
+        return torch.cat([states[:, :, :offset], pad, states[:, :, offset:]], dim=2)
+
+    layers = []
+    for k in range(len(caches[0].layers)):
+        keys = torch.cat([padded(cache.layers[k].keys) for cache in caches])
+        values = torch.cat([padded(cache.layers[k].values) for cache in caches])
+        layers.append((keys, values))
+    return DynamicCache(layers, config=config)
+
+
+def _has_sliding_layers(model: PreTrainedModel) -> bool:
+    """Whether any of the model's KV cache layers keeps a sliding window instead of every position."""
+    from transformers import DynamicCache
+
+    return any(getattr(layer, "is_sliding", False) for layer in DynamicCache(config=model.config).layers)
 
 
 def _stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

@@ -566,9 +566,10 @@ def _generate(
             max_new_tokens,
             engine.context_length,
         )
-    # Batches of similar length: padding every batch to the longest prompt in the set (tool-call prompts run to
-    # thousands of tokens) costs far more than the generation itself.
-    order = sorted(fits, key=lambda i: len(prompts[i]))
+    # Batches of prompts that start alike: sorted by their tokens, a batch's prompts share their family's system
+    # message, which the engine prefills once (rows of very different lengths it prefills apart, so a long tool
+    # list does not pad the short prompts beside it).
+    order = sorted(fits, key=lambda i: prompts[i])
     per_batch = max(1, batch_size // k)
     done = 0
     for start in range(0, len(order), per_batch):

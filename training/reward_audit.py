@@ -539,7 +539,9 @@ def _audit_probes(
     return ok
 
 
-def hack_probe_rows(tasks: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[int, HackProbe]], list[str]]:
+def hack_probe_rows(
+    tasks: Sequence[Mapping[str, Any]], context: VerifyContext
+) -> tuple[list[tuple[int, HackProbe]], list[str]]:
     """Every task's hack probes, from its own verifier, and the tasks whose probes could not be built.
 
     Args:
@@ -551,7 +553,7 @@ def hack_probe_rows(tasks: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[int,
 
     Example:
         >>> task = {"task_id": "t", "verifier": {"name": "numeric_answer", "params": {"answer": 4}}}
-        >>> rows, problems = hack_probe_rows([task])
+        >>> rows, problems = hack_probe_rows([task], VerifyContext())
         >>> rows[0][1].name, problems
         ('hedge_or', [])
     """
@@ -562,7 +564,7 @@ def hack_probe_rows(tasks: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[int,
         try:
             spec = json.loads(spec) if isinstance(spec, str) else spec
             verifier = REGISTRY.get(spec["name"], spec.get("version"))
-            probes = verifier.hack_probes(spec.get("params", {}), task.get("reference"))
+            probes = verifier.hack_probes(spec.get("params", {}), task.get("reference"), context)
         except (UnknownVerifierError, ValueError, KeyError, TypeError) as exc:
             problems.append(f"{task.get('task_id', index)}: {type(exc).__name__}: {exc}")
             continue
@@ -575,10 +577,11 @@ def _audit_hack_probes(
     weights: Sequence[float],
     tasks: Sequence[Mapping[str, Any]],
     policy: RewardAuditPolicy,
+    context: VerifyContext,
     reasons: list[str],
     numbers: dict[str, float | int],
 ) -> bool:
-    rows, problems = hack_probe_rows(tasks)
+    rows, problems = hack_probe_rows(tasks, context)
     ok = not problems
     if problems:
         shown = "; ".join(problems[:_EXAMPLES_IN_REASON])
@@ -630,6 +633,7 @@ def audit_reward(
     labelled: Sequence[LabelledCompletion],
     *,
     policy: RewardAuditPolicy | None = None,
+    context: VerifyContext | None = None,
 ) -> RewardAudit:
     """Audit reward functions against human verdicts and reward-hack probes.
 
@@ -640,6 +644,8 @@ def audit_reward(
             e.g. the training tasks.
         labelled: the labelled set (`load_labelled`).
         policy: floors and ceilings; the defaults when None.
+        context: where the tasks' fixtures resolve for their hack probes (a SQL task's database), as the
+            reward functions were given; the default as in `verify`.
 
     Returns:
         `RewardAudit(passed, reasons, numbers, rows)`: `reasons` has one line per check, passing ones too;
@@ -655,6 +661,7 @@ def audit_reward(
         (True, 'agreement 1.00 (40/40 labelled rows) >= 0.95: ok')
     """
     policy = policy or RewardAuditPolicy()
+    context = context or VerifyContext()
     if not reward_funcs:
         raise RewardAuditPolicyError("no reward functions to audit")
     weights = [1.0] * len(reward_funcs) if weights is None else [float(w) for w in weights]
@@ -669,7 +676,7 @@ def audit_reward(
     labelled_ok, rows = _audit_labelled(reward_funcs, weights, labelled, policy, reasons, numbers)
     probes_ok = _audit_probes(reward_funcs, weights, tasks, policy, reasons, numbers)
     if policy.hack_probes:
-        probes_ok = _audit_hack_probes(reward_funcs, weights, tasks, policy, reasons, numbers) and probes_ok
+        probes_ok = _audit_hack_probes(reward_funcs, weights, tasks, policy, context, reasons, numbers) and probes_ok
     task_families = {str(task.get("family") or "unknown") for task in tasks}
     missing = sorted(task_families - {row.family for row in labelled})
     if missing:

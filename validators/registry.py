@@ -130,7 +130,7 @@ class Verifier(ABC):
         """A completion known to be wrong for these params (validation checks it fails), or None."""
         return None
 
-    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None, context: VerifyContext) -> list[HackProbe]:
         """Completions built from this task's own gold that try to be paid without solving the task.
 
         Every one must fail: the reward audit runs them on the training tasks and any probe that passes fails
@@ -140,6 +140,7 @@ class Verifier(ABC):
         Args:
             params: the task's verifier params (its gold).
             reference: the task's known-good completion, or None.
+            context: where the task's fixtures resolve, as in `check` (a SQL task's database).
 
         Returns:
             The probes, each with a stable name (e.g. `hedge_two_numbers`) and a completion.

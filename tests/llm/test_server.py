@@ -27,7 +27,7 @@ import torch
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from llm.generation import PREFIX_BLOCK, Engine, GenerationRequest, GenerationResult, sample
+from llm.generation import PREFIX_BLOCK, Engine, GenerationRequest, GenerationResult, prefill_groups, sample
 from llm.server import Batcher, ServerConfig, create_app
 from llm.serving import ModelServer
 
@@ -114,13 +114,22 @@ def test_a_prompt_decodes_the_same_alone_and_left_padded_in_a_batch(real_engine:
     long = engine.prompt_ids([{"role": "user", "content": "How many clips did Natalia sell in April and May?"}])
     assert len(long) > len(short) + 5  # the short prompt gets real left padding
     [alone] = engine.generate([GenerationRequest(short, max_tokens=12, temperature=0)])
-    _, batched = engine.generate(
+    long_first, batched = engine.generate(
         [
             GenerationRequest(long, n=2, max_tokens=12, temperature=0),
             GenerationRequest(short, max_tokens=12, temperature=0),
         ]
     )
     assert texts(batched) == texts(alone)
+    # Short first: the prefill holds rows longest first, and the answers still come back in request order.
+    short_first, long_second = engine.generate(
+        [
+            GenerationRequest(short, max_tokens=12, temperature=0),
+            GenerationRequest(long, n=2, max_tokens=12, temperature=0),
+        ]
+    )
+    assert texts(short_first) == texts(alone)
+    assert texts(long_second) == texts(long_first)
     # And transformers' own greedy decoding of the same prompt agrees.
     assert texts(alone) == [transformers_greedy(engine, short, 12)]
 
@@ -152,6 +161,32 @@ def test_a_shared_prompt_prefix_is_prefilled_once_and_reused_with_the_same_answe
     # unshared, unpadded prefill.
     for prompt, result in zip(prompts, [*first, later], strict=True):
         assert texts(result) == [transformers_greedy(engine, prompt, 10)]
+
+
+@pytest.mark.slow
+def test_rows_of_very_different_lengths_are_prefilled_apart_and_joined_with_the_same_answers(
+    real_engine: Engine,
+) -> None:
+    engine = Engine(real_engine.model, real_engine.tokenizer)
+    system = {"role": "system", "content": "You are a terse assistant. " + "Answer in plain words. " * 30}
+    recipe = " ".join(f"Step {i}: stir the soup and add {i} pinches of salt." for i in range(12))
+    questions = [f"{recipe} How many steps are there?", "Name a fruit.", "What colour is grass?", "Say hi."]
+    prompts = [engine.prompt_ids([system, {"role": "user", "content": q}]) for q in questions]
+    # The rows share the system message, so their own lengths differ as their whole lengths do.
+    assert len(prefill_groups([len(p) for p in prompts], engine.prefill_padding)) > 1  # the long row goes alone
+    results = engine.generate(
+        [GenerationRequest(p, n=2 if i == 1 else 1, max_tokens=10, temperature=0) for i, p in enumerate(prompts)]
+    )
+    # Each group's cache padded into one batch: every row answers as its prompt alone, unpadded.
+    for prompt, result in zip(prompts, results, strict=True):
+        assert set(texts(result)) == {transformers_greedy(engine, prompt, 10)}
+
+
+def test_prefill_groups_keep_rows_within_the_padding_allowance_longest_first() -> None:
+    assert prefill_groups([900, 40, 880, 30, 5], 32) == [[0, 2], [1, 3], [4]]
+    assert prefill_groups([7, 7, 7], 0) == [[0, 1, 2]]
+    assert prefill_groups([10, 20], 100) == [[1, 0]]
+    assert prefill_groups([1, 2, 3], 0) == [[2], [1], [0]]
 
 
 def test_a_seed_repeats_a_request_whatever_shares_its_batch(engine: Engine) -> None:

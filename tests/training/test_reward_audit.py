@@ -1,6 +1,7 @@
 """The reward audit: the shipped labelled set against the registry reward, planted broken rewards, and probes."""
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -247,6 +248,27 @@ def test_a_task_whose_probes_cannot_be_built_fails_the_audit(labelled: list[Labe
     assert any(
         r.startswith("hack probes could not be built for 1 tasks (sql-missing-db: SqlTaskError") for r in audit.reasons
     )
+
+
+def test_hack_probes_find_a_task_database_through_the_audit_context(
+    labelled: list[LabelledCompletion], tmp_path: Path
+) -> None:
+    # The database lives only under another seeds folder: the probes find it through the context they are given.
+    task = next(t for t in tasks_of(labelled) if t["family"] == "sql")
+    params = task["verifier"]["params"]
+    (tmp_path / "sql").mkdir()
+    shutil.copy(SEEDS / params["database"], tmp_path / "sql" / "moved.sqlite")
+    moved = {**task, "verifier": {**task["verifier"], "params": {**params, "database": "sql/moved.sqlite"}}}
+    context = VerifyContext(seeds_dir=tmp_path)
+    policy = RewardAuditPolicy(probes=("empty",))
+
+    found = audit_reward([VerifierReward(context=context)], None, [moved], labelled, policy=policy, context=context)
+    default = audit_reward([VerifierReward(context=context)], None, [moved], labelled, policy=policy)
+
+    assert found.numbers["hack_probe/literal_select/runs"] == 1
+    assert found.numbers["hack_probe/paid"] == 0
+    assert not any(r.startswith("hack probes could not be built") for r in found.reasons)
+    assert any(r.startswith("hack probes could not be built for 1 tasks") for r in default.reasons)
 
 
 def test_probe_completions() -> None:

@@ -283,15 +283,15 @@ def test_schema_skeleton(schema, skeleton):
 
 def test_hack_probes_fail_and_a_schema_only_task_is_exposed():
     # With expected values both probes fail; without any, the skeleton is paid (so the audit names the task).
-    for probe in VERIFIER.hack_probes(PARAMS, None):
+    for probe in VERIFIER.hack_probes(PARAMS, None, VerifyContext()):
         assert judge(probe.completion).code in ("field_mismatch", "schema_violation"), probe
-    [skeleton] = VERIFIER.hack_probes({"schema": SCHEMA}, None)
+    [skeleton] = VERIFIER.hack_probes({"schema": SCHEMA}, None, VerifyContext())
     assert judge(skeleton.completion, {"schema": SCHEMA}).passed
 
 
 def test_hedged_values_put_a_list_where_each_expected_field_is():
     params = {"schema": {"type": "object"}, "expected": {"total": 12.5, "who": {"name": "Ann"}}}
-    hedged = VERIFIER.hack_probes(params, None)[1]
+    hedged = VERIFIER.hack_probes(params, None, VerifyContext())[1]
     assert hedged.name == "hedged_values"
     assert extract_json(hedged.completion).value == {"total": [12.5, 13.5], "who": {"name": ["Ann", "Ann_wrong"]}}
     assert judge(hedged.completion, params).reason.startswith("field_mismatch: /total expected 12.5, got [12.5, 13.5]")
@@ -302,5 +302,5 @@ def test_hack_probes_fail_on_every_bundled_seed():
         records, _ = read_seed_file(path)
         for record in records:
             params = record.raw["verifier"]["params"]
-            for probe in VERIFIER.hack_probes(params, record.raw["reference"]):
+            for probe in VERIFIER.hack_probes(params, record.raw["reference"], VerifyContext()):
                 assert not judge(probe.completion, params).passed, (record.origin, probe.name)

@@ -212,7 +212,7 @@ def test_one_number_forms_stay_accepted(answer, text):
 )
 def test_hack_probes_fail(params):
     # Each probe puts the gold where a lax extractor reads it; all must fail as ambiguous.
-    probes = VERIFIER.hack_probes(params, None)
+    probes = VERIFIER.hack_probes(params, None, VerifyContext())
     assert {p.name for p in probes} == {
         "hedge_or",
         "hedge_list",

@@ -323,7 +323,7 @@ def test_hack_probes_fail_on_every_bundled_seed():
         records, _ = read_seed_file(path)
         for record in records[:2]:
             params, reference = record.raw["verifier"]["params"], record.raw["reference"]
-            for probe in verifier.hack_probes(params, reference):
+            for probe in verifier.hack_probes(params, reference, VerifyContext()):
                 verdict = verify({"verifier": {"name": "python_tests", "params": params}}, probe.completion)
                 assert verdict.code == expected[probe.name], (record.origin, probe.name, verdict)
 

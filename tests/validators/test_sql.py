@@ -169,11 +169,9 @@ def test_no_counterfactual_when_no_removal_changes_the_gold(context):
 
 
 @pytest.mark.parametrize("gold", [GOLD, COUNT_GOLD, JOIN_GOLD, ONE_ROW_GOLD])
-def test_hack_probes_fail(context, monkeypatch, gold):
-    # Probes resolve the database as verify does without a context: through SEEDWHEEL_SEEDS.
-    monkeypatch.setenv("SEEDWHEEL_SEEDS", str(context.seeds_dir))
+def test_hack_probes_fail(context, gold):
     params = sql_task(gold)["verifier"]["params"]
-    probes = REGISTRY.get("sql_result").hack_probes(params, None)
+    probes = REGISTRY.get("sql_result").hack_probes(params, None, context)
     assert [p.name for p in probes] == [
         "literal_select",
         "literal_values",
@@ -193,7 +191,7 @@ def test_hack_probes_fail_on_every_bundled_seed():
         for record in records:
             params = record.raw["verifier"]["params"]
             assert verify({"verifier": {"name": "sql_result", "params": params}}, record.raw["reference"]).passed
-            for probe in verifier.hack_probes(params, record.raw["reference"]):
+            for probe in verifier.hack_probes(params, record.raw["reference"], VerifyContext(seeds_dir=SEEDS)):
                 verdict = verify({"verifier": {"name": "sql_result", "params": params}}, probe.completion)
                 assert verdict.code == "not_from_data", (record.origin, probe.name, verdict)
 

@@ -98,7 +98,7 @@ def test_wrong_answer_fails_and_the_reference_passes(params):
 @pytest.mark.parametrize("params", [PARAMS, {"answers": ["platform"]}, {"answers": ["yes"], "choices": ["yes", "no"]}])
 def test_hack_probes_fail(params):
     # Every probe names the gold beside a wrong answer; none may pass.
-    probes = VERIFIER.hack_probes(params, None)
+    probes = VERIFIER.hack_probes(params, None, VerifyContext())
     assert {p.name for p in probes} >= {"hedge_or", "hedge_boxes"}
     assert ("choices" in params) == ("every_choice" in {p.name for p in probes})
     for probe in probes:

@@ -581,7 +581,7 @@ def test_wrong_answer_fails(params):
     ],
 )
 def test_hack_probes_fit_the_task(params, names):
-    probes = VERIFIER.hack_probes(params, None)
+    probes = VERIFIER.hack_probes(params, None, VerifyContext())
     assert [p.name for p in probes] == names
     for probe in probes:
         assert not judge(probe.completion, params).passed, probe.name
@@ -593,7 +593,7 @@ def test_every_hack_probe_fails_on_every_bundled_seed():
     seen = []
     for task in seeds.tasks:
         verifier = REGISTRY.get("tool_call", task["verifier"]["version"])
-        probes = verifier.hack_probes(task["verifier"]["params"], task["reference"])
+        probes = verifier.hack_probes(task["verifier"]["params"], task["reference"], VerifyContext())
         # Every seed offers several tools, so the spraying attacks always apply.
         assert {"call_every_tool", "call_every_tool_parallel", "duplicated_call"} <= {p.name for p in probes}
         for probe in probes:

@@ -101,7 +101,7 @@ def test_hack_probes_fail_on_every_bfcl_task(results):
                 continue
             kept += 1
             params = task_params(item)
-            for probe in verifier.hack_probes(params, None):
+            for probe in verifier.hack_probes(params, None, VerifyContext()):
                 verdict = verifier.check(params, Completion.from_any(probe.completion), VerifyContext())
                 assert not verdict.passed, (item["id"], probe.name)
                 probed += 1

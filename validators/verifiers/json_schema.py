@@ -158,13 +158,13 @@ class JsonSchema(Verifier):
             return None  # without expected values, nothing schema-valid is known to be wrong
         return _fenced(altered(expected))
 
-    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None, context: VerifyContext) -> list[HackProbe]:
         """Every property of the schema with a placeholder value (what a task without `expected` pays for), and
         every expected field hedged as a list of the right and a wrong value.
 
         Example:
             >>> params = {"schema": {"type": "object", "properties": {"n": {"type": "integer"}}}, "expected": {"n": 3}}
-            >>> [p.completion for p in JsonSchema().hack_probes(params, None)][1]
+            >>> [p.completion for p in JsonSchema().hack_probes(params, None, VerifyContext())][1]
             '```json\\n{"n": [3, 4]}\\n```'
         """
         skeleton = schema_skeleton(params["schema"])

@@ -311,11 +311,11 @@ class NumericAnswer(Verifier):
     def wrong_answer(self, params: Mapping[str, Any]) -> str | None:
         return f"#### {_display(_wrong_value(params))}"
 
-    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None, context: VerifyContext) -> list[HackProbe]:
         """Hedges that put the gold beside a wrong number, each where a lax extractor would read the gold.
 
         Example:
-            >>> [p.completion for p in NumericAnswer().hack_probes({"answer": 72}, None)][:2]
+            >>> [p.completion for p in NumericAnswer().hack_probes({"answer": 72}, None, VerifyContext())][:2]
             ['#### 72 or 73', '#### 72, 73, 71']
         """
         expected = parse_number(params["answer"])

@@ -707,12 +707,13 @@ class PythonTests(Verifier):
         entry_point = params["entry_point"]
         return f"```python\ndef {entry_point}(*args, **kwargs):\n    return None\n```"
 
-    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None, context: VerifyContext) -> list[HackProbe]:
         """An always-equal object of the reference's return type, an exit before the tests, and results forged
         through the harness's frame; none solves the task.
 
         Example:
-            >>> [p.name for p in PythonTests().hack_probes({"tests": "assert f(1) == 2", "entry_point": "f"}, None)]
+            >>> params = {"tests": "assert f(1) == 2", "entry_point": "f"}
+            >>> [p.name for p in PythonTests().hack_probes(params, None, VerifyContext())]
             ['always_equal', 'exit_before_tests', 'forged_report']
         """
         entry_point = params["entry_point"]

@@ -678,16 +678,15 @@ class SqlResult(Verifier):
             )
         return Verdict.ok()
 
-    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None, context: VerifyContext) -> list[HackProbe]:
         """The gold rows as literals: alone (`SELECT`, `VALUES`), beside a table, and behind the gold query itself.
 
-        The database resolves as in `verify` without a context (`$SEEDWHEEL_SEEDS`, else `./seeds`). No probes
-        for an empty or long gold result.
+        No probes for an empty or long gold result.
 
         Raises:
             SqlTaskError: the database is missing or the gold query does not run.
         """
-        gold = gold_result(resolve_database(params["database"], VerifyContext()), params["gold_query"])
+        gold = gold_result(resolve_database(params["database"], context), params["gold_query"])
         if not gold.rows or len(gold.rows) > MAX_PROBE_ROWS or gold.truncated:
             return []
         rows = [", ".join(_literal(value) for value in row) for row in gold.rows]

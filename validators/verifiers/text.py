@@ -133,11 +133,12 @@ class TextAnswer(Verifier):
         others = [c for c in params.get("choices", []) if normalize_answer(c) not in accepted]
         return f"Answer: {others[0]}" if others else f"Answer: not {params['answers'][0]}"
 
-    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None, context: VerifyContext) -> list[HackProbe]:
         """The gold named beside a wrong answer: joined by "or", in two boxes, and (with choices) every choice.
 
         Example:
-            >>> [p.completion for p in TextAnswer().hack_probes({"answers": ["ops"], "choices": ["ops", "dev"]}, None)]
+            >>> params = {"answers": ["ops"], "choices": ["ops", "dev"]}
+            >>> [p.completion for p in TextAnswer().hack_probes(params, None, VerifyContext())]
             ['Answer: ops or dev', '\\\\boxed{dev} or \\\\boxed{ops}', 'Answer: ops, dev']
         """
         gold = params["answers"][0]

@@ -684,7 +684,7 @@ class ToolCall(Verifier):
             call["name"] = f"not_{call['name']}"
         return json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
 
-    def hack_probes(self, params: Mapping[str, Any], reference: str | None) -> list[HackProbe]:
+    def hack_probes(self, params: Mapping[str, Any], reference: str | None, context: VerifyContext) -> list[HackProbe]:
         """Calls a policy could spray to be paid without choosing: every tool, every argument, the call twice.
 
         Args:
@@ -699,7 +699,8 @@ class ToolCall(Verifier):
 
         Example:
             >>> tools = [{"name": "f", "parameters": {"type": "dict", "properties": {"x": {"type": "integer"}}}}]
-            >>> [p.name for p in ToolCall().hack_probes({"tools": tools, "possible_answer": [{"f": {}}]}, None)]
+            >>> params = {"tools": tools, "possible_answer": [{"f": {}}]}
+            >>> [p.name for p in ToolCall().hack_probes(params, None, VerifyContext())]
             ['every_optional_argument', 'duplicated_call']
         """
         tools = tool_parameters(params)
