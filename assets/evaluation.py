@@ -57,6 +57,7 @@ def checkpoint_eval(
             max_new_tokens=gate.max_new_tokens,
             temperature=gate.temperature,
             seed=gate.seed,
+            batch_size=gate.batch_size,
             context=seeds.verify_context(),
         )
         reports[role] = evaluate(sampled.passed, sampled.families, ks=sorted({1, gate.samples}), seed=gate.seed)

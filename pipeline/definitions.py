@@ -163,8 +163,11 @@ def _promotion_gate(settings: Settings) -> PromotionGate:
         return PromotionGate(registry_path=registry)
     # The easiest eval task of each family (and every held-out production failure), 4 samples each: the
     # decision is real and made from real completions; two GRPO steps cannot be shown to help on so few tasks,
-    # and the gate says so.
-    return PromotionGate(registry_path=registry, samples=4, max_new_tokens=48, temperature=0.7, max_per_family=1)
+    # and the gate says so. Batches of 16 completions (4 tasks): fewer decode loops than 8 (checkpoint_eval ~10%
+    # faster, the same completions); 32 was slower, every row then reading the longest prompt's padded KV cache.
+    return PromotionGate(
+        registry_path=registry, samples=4, max_new_tokens=48, temperature=0.7, max_per_family=1, batch_size=16
+    )
 
 
 def _nightly_regeneration(settings: Settings) -> dg.ScheduleDefinition:

@@ -294,6 +294,7 @@ class PromotionGate(dg.ConfigurableResource):
     temperature: float = 1.0
     seed: int = 0
     max_per_family: int | None = None  # evaluate at most this many eval tasks per family (None: all)
+    batch_size: int = 8  # completions generated together (a task's samples share one batch)
     min_improvement: float = 0.0
     max_family_regression: float = 0.05
     family_rule: str = "mean"
