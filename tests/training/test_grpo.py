@@ -139,11 +139,8 @@ def test_config_problems_give_numbers_and_fix(tmp_path: Path, overrides: dict[st
     assert isinstance(caught.value, ValueError)
 
 
-def test_lora_without_peft_names_the_package(tmp_path: Path) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("peft") is not None:
-        pytest.skip("peft is installed here")
+def test_lora_without_peft_names_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "peft", None)  # peft is installed here: hide it, as if it were not
     with pytest.raises(GRPOConfigError, match="pip install peft"):
         _config(tmp_path, tmp_path / "train.parquet", use_lora=True)
 

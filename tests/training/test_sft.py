@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +134,10 @@ def test_sft_bad_settings_name_the_fix(
         run_sft(tiny_model_dir, TASKS, tmp_path, **kwargs)
 
 
-def test_lora_without_peft_names_the_package(tiny_model_dir: Path, tmp_path: Path) -> None:
-    if importlib.util.find_spec("peft") is not None:
-        pytest.skip("peft is installed here")
+def test_lora_without_peft_names_the_package(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "peft", None)  # peft is installed here: hide it, as if it were not
     with pytest.raises(SFTConfigError, match="pip install peft"):
         run_sft(tiny_model_dir, TASKS, tmp_path, use_lora=True)
 
