@@ -96,7 +96,9 @@ def test_the_nightly_schedule_regenerates_data_without_training(settings):
     assert not keys & {"reward_audit", "sft_checkpoint", "grpo_checkpoint", "checkpoint_eval", "promotion"}
     assert "failure_tasks" in keys and "failure_logs" not in keys  # per-file partitions come from the sensor
     assert job.tags[EXCLUSIVE_TAG] == "regeneration"  # the run queue holds a second overlapping regeneration
-    assert request.run_key is None or isinstance(request.run_key, str)
+    # Every tick starts a run (no run key that would de-duplicate a night away), tagged with its schedule.
+    assert request.run_key is None
+    assert request.tags["dagster/schedule_name"] == "nightly_regeneration"
 
 
 def test_the_schedule_runs_by_default_in_production(settings):

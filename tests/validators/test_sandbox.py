@@ -91,8 +91,8 @@ def test_the_parent_survives_being_killed():
     # The child tries SIGKILL on its parent (this test process) and on every process it may signal.
     code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"
     result = run_python(code, limits=FAST)
+    # Had the kill reached this process, pytest would have died with it: getting here is the check.
     assert result.exit_code != 0
-    assert os.getpid() > 0  # still here
 
 
 @needs_uid
