@@ -401,10 +401,7 @@ class Engine:
         attention[:, :offset] = 1
         for i, length in enumerate(lengths):
             attention[i, offset + width - length :] = 1
-        if self.prefill_padding is None:
-            groups = [list(range(len(requests)))]
-        else:
-            groups = prefill_groups(lengths, self.prefill_padding)
+        groups = prefill_groups(lengths, self.prefill_padding)
         caches, last_logits = [], []
         for k, group in enumerate(groups):
             # Each group fills a copy of the prefix's cache (the last one takes the batch's own copy).
@@ -623,15 +620,16 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return bits[:, :vocab_size]
 
 
-def prefill_groups(lengths: Sequence[int], max_padding: int) -> list[list[int]]:
+def prefill_groups(lengths: Sequence[int], max_padding: int | None) -> list[list[int]]:
     """Rows grouped for prefill: longest first, a row joining a group while it needs at most `max_padding` pads.
 
-    A group is padded to its first (longest) row, so a row of length `l` in a group of width `w` costs `w - l`
-    padding tokens; past `max_padding`, a forward call of its own is cheaper.
+    A group is padded to its longest row, so a row of length `l` in a group of width `w` costs `w - l` padding
+    tokens; past `max_padding`, a forward call of its own is cheaper.
 
     Args:
         lengths: Tokens each row prefills.
-        max_padding: Most padding tokens a row may take to join a group.
+        max_padding: Most padding tokens a row may take to join a group; None puts every row in one group, in
+            input order (one prefill padded to the longest row).
 
     Returns:
         Row indices per group, longest rows first (ties in input order).
@@ -639,7 +637,11 @@ def prefill_groups(lengths: Sequence[int], max_padding: int) -> list[list[int]]:
     Example:
         >>> prefill_groups([900, 40, 880, 30, 5], 32)
         [[0, 2], [1, 3], [4]]
+        >>> prefill_groups([900, 40, 880], None)
+        [[0, 1, 2]]
     """
+    if max_padding is None:
+        return [list(range(len(lengths)))]
     groups: list[list[int]] = []
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
         if groups and lengths[groups[-1][0]] - lengths[i] <= max_padding:

@@ -187,6 +187,7 @@ def test_prefill_groups_keep_rows_within_the_padding_allowance_longest_first() -
     assert prefill_groups([7, 7, 7], 0) == [[0, 1, 2]]
     assert prefill_groups([10, 20], 100) == [[1, 0]]
     assert prefill_groups([1, 2, 3], 0) == [[2], [1], [0]]
+    assert prefill_groups([1, 2, 3], None) == [[0, 1, 2]]  # one padded prefill, as the batch came
 
 
 def test_a_seed_repeats_a_request_whatever_shares_its_batch(engine: Engine) -> None:
