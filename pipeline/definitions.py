@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import curation, evaluation, failures, generation, groups, judging, seeds, training
+from assets import curation, evaluation, failures, generation, groups, judging, seeds, splits, training
 from pipeline.instance import EXCLUSIVE_TAG
 from pipeline.resources import (
     CurationPolicy,
@@ -51,7 +51,7 @@ training_job = dg.define_asset_job(
 def build_definitions(settings: Settings) -> dg.Definitions:
     """Definitions wired to `settings` (storage root, seeds folder, profile, user verifiers)."""
     settings.register_verifier_plugins()  # also in each step process, which re-imports this code location
-    modules = [seeds, failures, generation, curation, judging, training, evaluation]
+    modules = [seeds, failures, generation, curation, judging, splits, training, evaluation]
     production = settings.profile == "production"
     return dg.Definitions(
         assets=[*dg.load_assets_from_modules(modules), judging.build_judge_calibration(blocking=production)],
