@@ -1,11 +1,14 @@
 """Curation assets: every task validated against the schema and its own verifier, then deduplicated and split."""
 
+import time
+
 import dagster as dg
 import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
-from pipeline.resources import CurationPolicy, SeedRepository, StorageRoot
+from pipeline.resources import VALIDATION_CACHE_FOLDER, CurationPolicy, SeedRepository, StorageRoot
+from validators.cache_store import CacheStore
 from validators.curate import dedup_tasks
 from validators.dedup import DedupIndex
 from validators.tables import frame_from_records, records_from_frame
@@ -28,6 +31,7 @@ def validated_tasks(
     failure_tasks: pd.DataFrame,
     task_variants: pd.DataFrame,
     seeds: SeedRepository,
+    storage: StorageRoot,
 ):
     """Check variants and failure tasks: schema, id hash, verifier params, reference passes, a wrong answer fails."""
     # Seeds passed the same checks when they were loaded; failure tasks (derived from logs) and variants here.
@@ -35,7 +39,13 @@ def validated_tasks(
         *records_from_frame(failure_tasks[list(TASK_FIELDS)]),
         *records_from_frame(task_variants[list(TASK_FIELDS)]),
     ]
-    problems = check_tasks(variants, seeds.verify_context())
+    # Verdicts of earlier nights by content (validators.tasks.verdict_key): only new or changed tasks are checked.
+    cache = CacheStore.open(storage.path(VALIDATION_CACHE_FOLDER))
+    if cache.rebuilt:
+        context.log.warning(f"validation cache rebuilt from scratch: {cache.rebuild_reason}")
+    started = time.monotonic()
+    problems = check_tasks(variants, seeds.verify_context(), cache=cache)
+    seconds = time.monotonic() - started
     good, rejects = [], []
     for variant, found in zip(variants, problems, strict=True):
         if not found:
@@ -66,6 +76,10 @@ def validated_tasks(
             "seeds": len(seed_tasks),
             "variants_checked": len(variants),
             "variants_rejected": len(rejects),
+            "cache_hits": cache.hits,
+            "cache_misses": len(variants) - cache.hits,  # checked now: new, changed, or not cacheable
+            "cache_rebuilt": cache.rebuilt,
+            "validation_seconds": dg.MetadataValue.float(round(seconds, 3)),
             "validity_rate": dg.MetadataValue.float(len(good) / len(variants) if variants else 1.0),
             "validity_by_family": dg.MetadataValue.md(_rates_table(by_family, "family")),
             "validity_by_generator": dg.MetadataValue.md(_rates_table(by_generator, "generator")),
@@ -135,15 +149,17 @@ def family_validity_floor(
 def deduplicated_tasks(
     context: dg.AssetExecutionContext, validated_tasks: pd.DataFrame, policy: CurationPolicy, storage: StorageRoot
 ) -> dg.MaterializeResult:
-    """Validated tasks labelled `is_duplicate`, `cluster_id`, `duplicate_of` (exact + MinHash, and vs past runs)."""
+    """Validated tasks labelled `is_duplicate`, `cluster_id`, `duplicate_of` (exact + MinHash, and vs past runs).
+
+    Past runs are the dedup index, which learns only the tasks a split kept (`split_tasks` adds them): a task the
+    judge rejected never makes a later near-copy a duplicate. Nothing is committed here.
+    """
     config = policy.minhash_config()
     index = DedupIndex.open(storage.path("dedup_index") / config.name, config, storage_config=policy.lsh_storage())
     if index.rebuilt:
         context.log.warning(f"dedup index rebuilt from scratch: {index.rebuild_reason}")
-    indexed_before = len(index)
     tasks = records_from_frame(validated_tasks[list(TASK_FIELDS)])
     labels = dedup_tasks(tasks, config, index)
-    added = index.commit()  # also takes in rows another run committed meanwhile: "after" may exceed before + added
     labelled = validated_tasks[list(TASK_FIELDS)].assign(
         is_duplicate=[label.is_duplicate for label in labels],
         cluster_id=[label.cluster_id for label in labels],
@@ -160,9 +176,7 @@ def deduplicated_tasks(
             "by_kind": count_table(duplicates["dedup_kind"], "kind"),
             "by_family": count_table(duplicates["family"], "family"),
             "minhash": str(config),
-            "index_rows_before": indexed_before,
-            "index_rows_added": added,
-            "index_rows_after": len(index),
+            "index_rows": len(index),
             "index_rebuilt": index.rebuilt,
             "preview": preview(duplicates, ("task_id", "family", "dedup_kind", "duplicate_of")),
         },

@@ -11,9 +11,10 @@ import pandas as pd
 from assets import groups
 from assets.metadata import markdown_table, preview
 from assets.plots import bar_chart
-from pipeline.resources import PromotionGate, SeedRepository
+from pipeline.resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository, StorageRoot
 from training.evaluation import Comparison, EvalReport, compare, evaluate, sample_and_score
 from training.promotion import decide
+from validators.manifests import find_manifest
 from validators.splits import first_per_family
 from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
@@ -93,15 +94,18 @@ def checkpoint_eval(
 
 @dg.asset(group_name=groups.EVALUATION)
 def promotion(
-    context: dg.AssetExecutionContext, checkpoint_eval: pd.DataFrame, gate: PromotionGate
+    context: dg.AssetExecutionContext, checkpoint_eval: pd.DataFrame, gate: PromotionGate, storage: StorageRoot
 ) -> dg.MaterializeResult[pd.DataFrame]:
-    """The gate: promote the candidate only when it is better overall with confidence and no family regresses."""
+    """The gate: promote the candidate only when it is better overall with confidence, no family regresses, and
+    both models were trained under the same split epoch."""
     models = checkpoint_eval.groupby("role")["model"].first()
     comparison = _comparison(checkpoint_eval, gate.seed)
-    decision = decide(comparison, gate.policy())
+    manifests = {role: find_manifest(storage.path(CHECKPOINTS_FOLDER), models[role]) for role in ROLES}
+    epochs = {role: None if m is None else m.split_epoch for role, m in manifests.items()}
+    decision = decide(comparison, gate.policy(), split_epochs=epochs)
     registry = gate.registry()
     if decision.promote:
-        registry.promote(models["candidate"], run_id=context.run_id, numbers=decision.numbers)
+        registry.promote(models["candidate"], run_id=context.run.run_id, numbers=decision.numbers)
     failures = _failure_report(checkpoint_eval)
     verdict = "promoted" if decision.promote else "kept baseline"
     context.log.info(f"promotion: {verdict} ({models['candidate']} vs {models['baseline']})")
@@ -130,6 +134,7 @@ def promotion(
             "failure_eval": failures["summary"],
             "failures_fixed": dg.MetadataValue.json(failures["fixed"]),
             "failures_broken": dg.MetadataValue.json(failures["broken"]),
+            "split_epochs": dg.MetadataValue.json(epochs),
             "promoted_model": registry.baseline(models["baseline"]),
             "registry": dg.MetadataValue.path(str(registry.path)),
         },

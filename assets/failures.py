@@ -2,11 +2,13 @@
 
 `failure_inbox` (a sensor) adds a partition per new or changed file and requests its run with a run key of
 name + size + mtime, so overlapping ticks, a restarted daemon or a re-sent tick never process a file twice;
-`failure_logs` parses and redacts one file (nothing unredacted is ever stored); `failure_tasks` turns every
-stored failure into a candidate task when a verifier can be derived from it, or into a `review_queue` item.
+`failure_logs` parses and redacts one file (nothing unredacted is ever stored), then takes the raw file out of
+the inbox (deleted, or moved to the quarantine); `failure_tasks` turns every stored failure into a candidate
+task when a verifier can be derived from it, or into a `review_queue` item.
 """
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -26,6 +28,14 @@ REVIEW_COLUMNS = (
 )  # fmt: skip
 
 
+class FailureLogSource(dg.Config):
+    """Where `failure_logs` reads its partition's log."""
+
+    # A log outside the inbox, read in place and left as it is (`seedwheel failures ingest`); empty: the inbox's
+    # `<partition key>`, taken out of the inbox once its redacted records are stored.
+    path: str = ""
+
+
 @dg.multi_asset(
     group_name=groups.FAILURES,
     partitions_def=failure_files,
@@ -34,10 +44,19 @@ REVIEW_COLUMNS = (
         "failure_rejects": dg.AssetOut(description="Lines of the log file that could not be read, with the fix."),
     },
 )
-def failure_logs(context: dg.AssetExecutionContext, inbox: FailureInbox, seeds: SeedRepository):
-    """Parse one failure log from the inbox and redact every record before anything is stored."""
+def failure_logs(
+    context: dg.AssetExecutionContext, config: FailureLogSource, inbox: FailureInbox, seeds: SeedRepository
+):
+    """Parse one failure log, redact every record before anything is stored, then take the raw log out of the inbox."""
     name = context.partition_key
-    with inbox.open(name) as lines:
+    if config.path and Path(config.path).name != name:
+        raise ValueError(
+            f"failure_logs' config path {config.path} is not the partition's file {name}: materialize the partition "
+            f"{Path(config.path).name} instead, or leave the path empty to read {name} from the inbox"
+        )
+    # Stamped before reading: a file that changes after this is never taken out of the inbox unread.
+    stamp = None if config.path else inbox.stamp(name)
+    with open(config.path, "rb") if config.path else inbox.open(name) as lines:
         batch = process_failure_log(lines, name, context=seeds.verify_context())
     records = frame_from_records(batch.records, (*RECORD_FIELDS, "redaction"))
     rejects = pd.DataFrame([vars(r) for r in batch.rejects], columns=REJECT_COLUMNS)
@@ -58,6 +77,13 @@ def failure_logs(context: dg.AssetExecutionContext, inbox: FailureInbox, seeds: 
         output_name="failure_rejects",
         metadata={"rejected_lines": len(rejects), "reasons": count_table(rejects["reason_code"], "reason_code")},
     )
+    # Dagster stores each output as it is yielded, so both tables are written when the body resumes here: only now
+    # may the raw log go. A run that dies before this leaves it in the inbox, and its rerun starts over.
+    if stamp is not None:
+        where = inbox.retire(name, stamp, context.run.run_id)
+        context.log.info(
+            f"raw log {name} {where or 'left in the inbox: it changed since it was read, and gets its own run'}"
+        )
 
 
 @dg.multi_asset(
@@ -124,8 +150,12 @@ def build_failure_inbox(running: bool) -> dg.SensorDefinition:
     def failure_inbox(context: dg.SensorEvaluationContext, inbox: FailureInbox) -> dg.SensorResult:
         """New files (or files whose size or mtime changed) since the cursor become partitions and run requests."""
         seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+        files = inbox.files()
+        # A log leaves the inbox once its records are stored: the cursor forgets it (and stays as small as the inbox).
+        listed = {name for name, _ in files}
+        seen = {name: stamp for name, stamp in seen.items() if name in listed}
         new_keys, requests = [], []
-        for name, stamp in inbox.files():
+        for name, stamp in files:
             if seen.get(name) == stamp:
                 continue
             seen[name] = stamp

@@ -10,7 +10,8 @@ from assets.metadata import count_table, preview, progress_logger, task_preview
 from generators.base import GenerationResult
 from generators.programmatic import generate_variants
 from generators.rewrite import rewrite_tasks
-from pipeline.resources import LLMEndpoint, VariantPlan
+from pipeline.resources import GENERATION_CACHE_FOLDER, LLMEndpoint, StorageRoot, VariantPlan
+from validators.cache_store import CacheStore
 from validators.splits import first_per_family
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
@@ -31,6 +32,7 @@ def task_variants(
     failure_tasks: pd.DataFrame,
     plan: VariantPlan,
     llm: LLMEndpoint,
+    storage: StorageRoot,
 ):
     """Make variants of every seed and every production-failure task with the planned generators."""
     plan.check(set(seed_tasks["family"]) | set(failure_tasks["family"]))
@@ -39,8 +41,14 @@ def task_variants(
         parents = [p for p in parents if p["family"] in plan.families]
 
     result = GenerationResult()
+    # Outputs of earlier nights per parent (generators.programmatic.variants_key): an unchanged seed is not redone.
+    cache = CacheStore.open(storage.path(GENERATION_CACHE_FOLDER))
+    if cache.rebuilt:
+        context.log.warning(f"generation cache rebuilt from scratch: {cache.rebuild_reason}")
+    started = time.monotonic()
     if plan.per_seed:
-        result.extend(generate_variants(parents, per_seed=plan.per_seed, random_seed=plan.random_seed))
+        result.extend(generate_variants(parents, per_seed=plan.per_seed, random_seed=plan.random_seed, cache=cache))
+    programmatic_seconds = time.monotonic() - started
     llm_stats: dict[str, float] = {}
     if plan.rewrite_kinds and plan.rewrites_per_kind:
         client = llm.client()
@@ -70,6 +78,10 @@ def task_variants(
             "accept_rate": dg.MetadataValue.float(len(variants) / attempts if attempts else 1.0),
             "parents": len(parents),
             "failure_parents": len(failure_tasks),
+            "programmatic_parents_reused": cache.hits,
+            "programmatic_parents_generated": len(parents) - cache.hits if plan.per_seed else 0,
+            "programmatic_cache_rebuilt": cache.rebuilt,
+            "programmatic_seconds": dg.MetadataValue.float(round(programmatic_seconds, 3)),
             "families": count_table(variants["family"], "family"),
             "generators": count_table(generators, "generator"),
             "llm_calls_made": int(llm_stats.get("calls", 0)),

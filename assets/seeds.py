@@ -5,7 +5,8 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, preview, task_preview
-from pipeline.resources import SeedRepository
+from pipeline.resources import VALIDATION_CACHE_FOLDER, SeedRepository, StorageRoot
+from validators.cache_store import CacheStore
 from validators.tables import frame_from_records
 from validators.tasks import TASK_FIELDS
 
@@ -19,9 +20,13 @@ REJECT_COLUMNS = ("origin", "task_id", "reason_code", "reason", "record")
         "seed_rejects": dg.AssetOut(description="Seed records that failed a check, with the reason and location."),
     },
 )
-def seed_tasks(context: dg.AssetExecutionContext, seeds: SeedRepository):
+def seed_tasks(context: dg.AssetExecutionContext, seeds: SeedRepository, storage: StorageRoot):
     """Load the seed files under version control and split them into valid tasks and rejects."""
-    seed_set = seeds.load()
+    # The same verdict cache as validated_tasks: a seed unchanged since an earlier night is not checked again.
+    cache = CacheStore.open(storage.path(VALIDATION_CACHE_FOLDER))
+    if cache.rebuilt:
+        context.log.warning(f"validation cache rebuilt from scratch: {cache.rebuild_reason}")
+    seed_set = seeds.load(cache)
     tasks = frame_from_records(seed_set.tasks, columns=(*TASK_FIELDS, "origin"))
     rejects = frame_from_records(seed_set.rejects, columns=REJECT_COLUMNS)
     for problem in seed_set.problems:
@@ -35,6 +40,8 @@ def seed_tasks(context: dg.AssetExecutionContext, seeds: SeedRepository):
             "rejected": len(rejects),
             "valid_rate": dg.MetadataValue.float(len(tasks) / total if total else 1.0),
             "files": len(seed_set.files),
+            "cache_hits": cache.hits,
+            "cache_misses": cache.misses,  # checked now: new or changed seeds
             "families": count_table(tasks["family"], "family"),
             "verifiers": count_table((v["name"] for v in tasks["verifier"]), "verifier"),
             "preview": task_preview(tasks, ("task_id", "family", "prompt_text", "origin")),

@@ -5,13 +5,14 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, task_preview
-from pipeline.resources import CurationPolicy, JudgePolicy, StorageRoot
-from validators.curate import task_text
-from validators.dedup import near_duplicate_pairs
+from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
+from validators.curate import index_tasks, task_text
+from validators.dedup import DedupIndex, near_duplicate_pairs
 from validators.export import export_split
-from validators.splits import lineage_leaks, plan_splits
+from validators.manifests import checkpoint_leaks, trained_tasks
+from validators.split_ledger import SplitLedger
+from validators.splits import lineage_leaks
 from validators.tables import records_from_frame
-from validators.tasks import TASK_FIELDS
 
 
 @dg.multi_asset(
@@ -24,15 +25,39 @@ from validators.tasks import TASK_FIELDS
         ),
     },
 )
-def split_tasks(judged_tasks: pd.DataFrame, policy: CurationPolicy, judge: JudgePolicy, storage: StorageRoot):
-    """Split the judged tasks by lineage root (stable, stratified) and export both sides for TRL; the eval side's
-    production failures also form `failure_eval`."""
-    if judge.use_labels not in ("accepted", "all"):
-        raise ValueError(f"JudgePolicy.use_labels is {judge.use_labels!r}: use 'accepted' or 'all'")
-    accepted = judged_tasks["judge_verdict"] == "accept"
-    kept = (judged_tasks[accepted] if judge.use_labels == "accepted" else judged_tasks)[list(TASK_FIELDS)]
-    plan = plan_splits(kept, policy.split_config())
+def split_tasks(
+    context: dg.AssetExecutionContext,
+    judged_tasks: pd.DataFrame,
+    policy: CurationPolicy,
+    judge: JudgePolicy,
+    storage: StorageRoot,
+):
+    """Split the judged tasks by lineage root and export both sides for TRL; the eval side's production failures
+    also form `failure_eval`.
+
+    Sides come from the split ledger (`<root>/splits/`): a root keeps the side it was first given, and only
+    roots seen for the first time are planned (stable hash, stratified), so the eval set only grows. The tasks
+    kept here are then added to the dedup index: the index learns what the splits hold, nothing the judge
+    rejected, so a rejected task never marks a later near-copy as a duplicate.
+    """
+    kept = judge.kept(judged_tasks)
+    entry = SplitLedger(storage.path(SPLITS_FOLDER)).assign(kept, policy.split_config(), run_id=context.run.run_id)
+    for note in entry.notes:
+        context.log.warning(f"split: {note}")
+    plan, state = entry.plan, entry.state
+    config = policy.minhash_config()
+    index = DedupIndex.open(storage.path("dedup_index") / config.name, config, storage_config=policy.lsh_storage())
+    added = index_tasks(records_from_frame(kept), index)  # a rerun after a crash finds them known: idempotent
     sides = pd.Series(plan.splits, index=kept.index)
+    split_numbers = {
+        "split_plan": state.seq,
+        "split_epoch": state.epoch,
+        "split_plan_id": state.plan_id,
+        "new_roots": len(entry.new_roots),
+        "ledger_roots": len(state.sides),
+        "dedup_index_rows_added": added,
+        "dedup_index_rows": len(index),
+    }
     for name in ("train", "eval"):
         part = kept[sides == name].reset_index(drop=True)
         exported = export_split(part, storage.path("export"), name)
@@ -43,6 +68,7 @@ def split_tasks(judged_tasks: pd.DataFrame, policy: CurationPolicy, judge: Judge
             metadata={
                 "rows": len(part),
                 "roots": len({r for r, s in zip(plan.roots, plan.splits, strict=True) if s == name}),
+                **split_numbers,
                 "families": count_table(part["family"], "family"),
                 "strata": dg.MetadataValue.md(markdown_table(plan.summary, summary_columns)),
                 "export_parquet": dg.MetadataValue.path(str(exported.parquet)),
@@ -66,21 +92,31 @@ def split_tasks(judged_tasks: pd.DataFrame, policy: CurationPolicy, judge: Judge
 @dg.asset_check(
     asset="train_tasks",
     blocking=True,
-    description="No training task shares a lineage root with, or is a near-duplicate of, an evaluation task.",
+    description=(
+        "No training task shares a lineage root with, or is a near-duplicate of, an evaluation task; and no "
+        "evaluation task is one that an existing checkpoint trained on (its root or a near-copy)."
+    ),
     additional_ins={"eval_tasks": dg.AssetIn("eval_tasks")},
 )
 def no_eval_contamination(
-    train_tasks: pd.DataFrame, eval_tasks: pd.DataFrame, policy: CurationPolicy
+    train_tasks: pd.DataFrame, eval_tasks: pd.DataFrame, policy: CurationPolicy, storage: StorageRoot
 ) -> dg.AssetCheckResult:
     train, evaluation = records_from_frame(train_tasks), records_from_frame(eval_tasks)
+    config = policy.minhash_config()
     leaks = lineage_leaks(train, evaluation)
     texts = [task_text(t) for t in train], [task_text(t) for t in evaluation]
-    near = near_duplicate_pairs(*texts, policy.minhash_config())
+    near = near_duplicate_pairs(*texts, config)
+    trained = trained_tasks(storage.path(CHECKPOINTS_FOLDER))
+    earlier = checkpoint_leaks(evaluation, trained, config)
     offenders = [
         *({"train": leak["train_task_id"], "eval": leak["eval_task_id"], "why": "shared lineage"} for leak in leaks),
         *(
             {"train": train[i]["task_id"], "eval": evaluation[j]["task_id"], "why": f"near-duplicate ({score:.2f})"}
             for i, j, score in near
+        ),
+        *(
+            {"train": f"{o['trained']} (checkpoint {o['checkpoint']})", "eval": o["eval"], "why": o["why"]}
+            for o in earlier
         ),
     ]
     return dg.AssetCheckResult(
@@ -89,7 +125,10 @@ def no_eval_contamination(
         metadata={
             "lineage_leaks": len(leaks),
             "near_duplicates": len(near),
+            "checkpoints": int(trained["checkpoint"].nunique()),
+            "checkpoint_trained_tasks": len(trained),
+            "checkpoint_leaks": len(earlier),
             "offenders": dg.MetadataValue.md(markdown_table(offenders[:50], ["train", "eval", "why"])),
         },
-        description="clean" if not offenders else f"{len(offenders)} training tasks leak evaluation items",
+        description="clean" if not offenders else f"{len(offenders)} evaluation items leak into training",
     )

@@ -1,7 +1,9 @@
 """Training assets: audit the reward, warm up with SFT, profile difficulty, then train GRPO out of process.
 
-Each checkpoint asset stores a one-row manifest (which model, trained from what, on which tasks, with which
-config and verifier versions), so lineage questions are answered from stored assets, not from logs. Training
+Each trained checkpoint stores its manifest for good under `<root>/checkpoints/` (which model, trained from
+what, on which tasks after every filter, under which split plan, by which run, with which config and verifier
+versions; `validators.manifests`), and the checkpoint asset's one row repeats it, so lineage questions are
+answered from stored data, not from logs. Training
 directories are named by a hash of their inputs: a rerun after a kill finds the same directory and resumes
 from its last complete checkpoint.
 """
@@ -11,6 +13,7 @@ import json
 import math
 import sys
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +24,16 @@ from assets import groups
 from assets.metadata import count_table, markdown_table, preview
 from assets.plots import bar_chart, line_chart
 from llm import tether
-from pipeline.resources import SeedRepository, StorageRoot, TrainingPolicy
+from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, SeedRepository, StorageRoot, TrainingPolicy
 from training.evaluation import sample_and_score
 from training.grpo import reward_spread
 from training.grpo_job import METRICS_MESSAGE_KIND
 from training.preferences import DEFAULT_MAX_PAIRS_PER_TASK, PAIR_COLUMNS, build_preference_pairs, export_pairs
 from training.reward_audit import audit_reward, load_labelled
 from validators.export import export_split
+from validators.manifests import CheckpointManifest, write_manifest
 from validators.rewards import build_reward_funcs
+from validators.split_ledger import SplitLedger
 from validators.splits import first_per_family
 from validators.tables import atomic_write, frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
@@ -36,10 +41,11 @@ from validators.tasks import TASK_FIELDS, canonical_json
 REWARD_AUDIT_FILE = Path("audit", "reward_audit.jsonl")
 # Columns of a checkpoint manifest (sft_checkpoint, grpo_checkpoint): one row per materialization.
 MANIFEST_COLUMNS = (
-    "stage", "trained", "checkpoint", "start_model", "base_model", "train_rows", "train_task_ids",
-    "train_tasks_run_id", "steps", "train_seconds", "config", "verifier_versions",
+    "name", "stage", "trained", "checkpoint", "start_model", "base_model", "task_ids", "split_seq", "split_epoch",
+    "split_plan_id", "run_id", "data_versions", "steps", "train_seconds", "config", "verifier_versions", "manifest",
 )  # fmt: skip
 DISAGREEMENT_COLUMNS = ("id", "family", "human_accept", "score", "human_reason")
+DATA_VERSION_TAG = "dagster/data_version"  # the tag Dagster stores a materialization's data version under
 PLOTTED_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl")
 # What difficulty_profile keeps of each scored sample (its `rollouts` column).
 ROLLOUT_FIELDS = ("sample", "completion", "passed", "score", "reason")
@@ -102,7 +108,7 @@ def sft_checkpoint(
 
     base = training.model()
     if not training.sft:
-        manifest = _manifest(context, "sft", trained=False, checkpoint=base, start=base, base=base)
+        manifest = _untrained(base)
         return dg.MaterializeResult(value=manifest, metadata={"trained": False, "checkpoint": base})
     tasks = records_from_frame(train_tasks[list(TASK_FIELDS)])
     config = {
@@ -112,7 +118,8 @@ def sft_checkpoint(
         "max_length": training.sft_max_length,
         "use_lora": training.sft_use_lora,
     }
-    output_dir = storage.path("training", "sft", _digest(base, [t["task_id"] for t in tasks], config))
+    digest = _digest(base, [t["task_id"] for t in tasks], config)
+    output_dir = storage.path("training", "sft", digest)
     history: list[dict[str, Any]] = []
 
     def on_metrics(metrics: dict[str, Any]) -> None:
@@ -121,14 +128,15 @@ def sft_checkpoint(
             context.log.info(f"SFT step {metrics.get('step')}: loss {metrics['loss']:.4g}")
 
     result = run_sft(base, tasks, output_dir, on_metrics=on_metrics, **config)
-    manifest = _manifest(
+    manifest = _record_checkpoint(
         context,
-        "sft",
-        trained=True,
+        storage,
+        f"sft-{digest}",
+        inputs=("train_tasks",),
         checkpoint=str(result.checkpoint_dir),
         start=base,
         base=base,
-        task_ids=[t["task_id"] for t in tasks if t.get("reference")],
+        tasks=[t for t in tasks if t.get("reference")],  # sft_examples skips tasks without one
         steps=result.steps,
         seconds=result.train_seconds,
         config=config,
@@ -139,6 +147,8 @@ def sft_checkpoint(
         metadata={
             "trained": True,
             "checkpoint": dg.MetadataValue.path(str(result.checkpoint_dir)),
+            "manifest": dg.MetadataValue.path(str(manifest.loc[0, "manifest"])),
+            "split_plan": int(manifest.loc[0, "split_seq"]),
             "base_model": base,
             "steps": result.steps,
             "train_rows": result.train_rows,
@@ -258,7 +268,8 @@ def grpo_checkpoint(
     start = str(sft_checkpoint.loc[0, "checkpoint"])
     grpo = {**training.grpo, "reward_weights_by_verifier": training.reward_weights}
     task_ids = sorted(part["task_id"])
-    run_dir = storage.path("training", "grpo", _digest(start, task_ids, {"runtime": training.runtime, **grpo}))
+    digest = _digest(start, task_ids, {"runtime": training.runtime, **grpo})
+    run_dir = storage.path("training", "grpo", digest)
     exported = export_split(part, run_dir, "train")
     job = {
         "model_path": start,
@@ -279,14 +290,16 @@ def grpo_checkpoint(
     )
     reported = {name: value.value for name, value in invocation.get_materialize_result().metadata.items()}
     steps = [m for m in invocation.get_custom_messages() if m.get("kind") == METRICS_MESSAGE_KIND and "reward" in m]
-    manifest = _manifest(
+    filtered = set(reported["filtered_task_ids"])
+    manifest = _record_checkpoint(
         context,
-        "grpo",
-        trained=True,
+        storage,
+        f"grpo-{digest}",
+        inputs=("train_tasks", "difficulty_profile", "sft_checkpoint"),
         checkpoint=str(reported["checkpoint_dir"]),
         start=start,
         base=str(sft_checkpoint.loc[0, "base_model"]),
-        task_ids=task_ids,
+        tasks=[t for t in records_from_frame(part[list(TASK_FIELDS)]) if t["task_id"] not in filtered],
         steps=int(reported["steps"]),
         seconds=float(reported["train_seconds"]),
         config=job,
@@ -306,7 +319,10 @@ def grpo_checkpoint(
             "verifier_versions": dg.MetadataValue.json(reported["verifier_versions"]),
             "resumed_from": reported["resumed_from"],
             "train_seconds": dg.MetadataValue.float(float(reported["train_seconds"])),
-            "train_tasks_run_id": manifest.loc[0, "train_tasks_run_id"],
+            "train_tasks_run_id": manifest.loc[0, "data_versions"]["train_tasks"]["run_id"],
+            "manifest": dg.MetadataValue.path(str(manifest.loc[0, "manifest"])),
+            "split_plan": int(manifest.loc[0, "split_seq"]),
+            "split_epoch": int(manifest.loc[0, "split_epoch"]),
             "job_config": dg.MetadataValue.path(str(config_path)),
             "reward_curve": _reward_curve(steps),
             "groups_with_reward_spread": dg.MetadataValue.float(reward_spread(steps) or 0.0),
@@ -402,36 +418,55 @@ def _reward_curve(steps: list[dict[str, Any]]) -> dg.MetadataValue:
     )
 
 
-def _manifest(
+def _record_checkpoint(
     context: dg.AssetExecutionContext,
-    stage: str,
+    storage: StorageRoot,
+    name: str,
     *,
-    trained: bool,
+    inputs: tuple[str, ...],
     checkpoint: str,
     start: str,
     base: str,
-    task_ids: list[str] | None = None,
-    steps: int = 0,
-    seconds: float = 0.0,
-    config: dict[str, Any] | None = None,
+    tasks: list[dict[str, Any]],
+    steps: int,
+    seconds: float,
+    config: dict[str, Any],
     verifier_versions: dict[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """One row saying what a checkpoint is and where it came from (the lineage CLI reads these)."""
-    latest = context.instance.get_latest_materialization_event(dg.AssetKey("train_tasks"))
-    row = {
-        "stage": stage,
-        "trained": trained,
-        "checkpoint": checkpoint,
-        "start_model": start,
-        "base_model": base,
-        "train_rows": len(task_ids or []),
-        "train_task_ids": task_ids or [],
-        "train_tasks_run_id": latest.run_id if latest else None,
-        "steps": steps,
-        "train_seconds": seconds,
-        "config": config or {},
-        "verifier_versions": verifier_versions or {},
-    }
+    """Store a trained checkpoint's manifest for good (`validators.manifests`); returns it as the asset's row.
+
+    The manifest names the split plan in force (the ledger's latest: the one `train_tasks` was made under) and
+    the run of each input it read, so lineage questions stay answerable after the tables are replaced.
+    """
+    state = SplitLedger(storage.path(SPLITS_FOLDER)).state()
+    versions = {}
+    for asset in inputs:
+        event = context.instance.get_latest_materialization_event(dg.AssetKey(asset))
+        if event is not None:
+            versions[asset] = {"run_id": event.run_id, "data_version": (event.tags or {}).get(DATA_VERSION_TAG)}
+    manifest = CheckpointManifest(
+        name=name,
+        stage=name.split("-", 1)[0],
+        checkpoint=checkpoint,
+        start_model=start,
+        base_model=base,
+        task_ids=sorted(t["task_id"] for t in tasks),
+        split_seq=state.seq,
+        split_epoch=state.epoch,
+        split_plan_id=state.plan_id,
+        run_id=context.run.run_id,
+        data_versions=versions,
+        verifier_versions=verifier_versions or {},
+        config=config,
+    )
+    path = write_manifest(storage.path(CHECKPOINTS_FOLDER), manifest, tasks)
+    row = {**asdict(manifest), "trained": True, "manifest": str(path), "steps": steps, "train_seconds": seconds}
+    return pd.DataFrame([row], columns=MANIFEST_COLUMNS)
+
+
+def _untrained(base: str) -> pd.DataFrame:
+    """The SFT asset's row when SFT is off: the base model, trained on nothing (no manifest is stored)."""
+    row = {"stage": "sft", "trained": False, "checkpoint": base, "start_model": base, "base_model": base}
     return pd.DataFrame([row], columns=MANIFEST_COLUMNS)
 
 

@@ -13,6 +13,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from validators.tasks import canonical_json, compute_task_id
@@ -40,6 +41,13 @@ class Generator(ABC):
     name: ClassVar[str]
     version: ClassVar[int] = 1
     families: ClassVar[frozenset[str]]
+    # Reject codes that can come from the machine rather than the parent (a sandbox run or a query cut short by its
+    # time limit): an output with one is not reused by a cache, so the next run tries that parent again.
+    transient_reject_codes: ClassVar[frozenset[str]] = frozenset()
+
+    def fixtures(self, parent: Mapping[str, Any]) -> list[Path]:
+        """Files the output depends on besides the parent record (a SQL seed's database); caches key on them."""
+        return []
 
     @abstractmethod
     def generate(self, parent: Mapping[str, Any], *, n: int, random_seed: int) -> GenerationResult:

@@ -268,6 +268,78 @@ def lineage(ident: str, home: Path | None) -> None:
 
 
 @main.group()
+def splits() -> None:
+    """The split ledger: which side each lineage root is on, and re-splitting."""
+
+
+@splits.command("show")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+def splits_show(home: Path | None) -> None:
+    """The split in force and every plan that made it."""
+    from pipeline.resources import SPLITS_FOLDER
+    from validators.split_ledger import SplitLedger
+
+    ledger = SplitLedger(Settings.from_env(home=home).home / SPLITS_FOLDER)
+    state = ledger.state()
+    sides = list(state.sides.values())
+    click.echo(
+        f"split plan {state.seq} (epoch {state.epoch}, id {state.plan_id}, salt {state.salt!r}): "
+        f"{sides.count('train')} train roots, {sides.count('eval')} eval roots"
+    )
+    for plan in ledger.plans():
+        moved = f", {len(plan['moved'])} moved" if plan["moved"] else ""
+        note = f" ({plan['note']})" if plan["note"] else ""
+        click.echo(
+            f"  plan {plan['seq']} {plan['kind']} {plan['created_at']} run {plan['run_id']}: "
+            f"{len(plan['new_roots'])} new roots{moved}{note}"
+        )
+
+
+@splits.command("resplit")
+@click.option("--salt", required=True, help="The new salt every root is hashed with (must differ from the current).")
+@click.option("--note", required=True, help="Why, for the record (e.g. 'stratify by difficulty from now on').")
+@click.option("--yes", is_flag=True, help="Re-split for real; without it, only show what would move.")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+def splits_resplit(salt: str, note: str, yes: bool, home: Path | None) -> None:
+    """Re-split every lineage root of the stored splits with a new salt, as a new split epoch.
+
+    Roots some checkpoint trained on stay on the train side. The promotion gate then refuses to compare a
+    checkpoint of the new epoch with one of an older epoch. The next regeneration writes the new tables.
+    """
+    import getpass
+
+    import pandas as pd
+
+    from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, CurationPolicy
+    from validators.manifests import trained_tasks
+    from validators.split_ledger import SplitLedger
+    from validators.tables import read_table
+
+    settings = Settings.from_env(home=home)
+    tables = [settings.home / f"{name}.parquet" for name in ("train_tasks", "eval_tasks")]
+    missing = [str(path) for path in tables if not path.exists()]
+    if missing:
+        raise click.ClickException(f"no split to re-split: {', '.join(missing)} missing; run the regeneration first")
+    ledger = SplitLedger(settings.home / SPLITS_FOLDER)
+    if salt == ledger.state().salt:
+        raise click.UsageError(f"--salt {salt!r} is the salt in force; pass a new one to re-split")
+    tasks = pd.concat([read_table(path) for path in tables], ignore_index=True)
+    config = replace(CurationPolicy().split_config(), salt=salt)
+    pinned = set(trained_tasks(settings.home / CHECKPOINTS_FOLDER)["root"])
+    who = f"cli:{getpass.getuser()}"
+    entry = ledger.resplit(tasks, config, pinned=pinned, run_id=who, note=note, commit=yes)
+    changes = [f"{root}: {was} -> {now}" for root, (was, now) in sorted(entry.moved.items())]
+    for line in [*entry.notes, f"{len(entry.moved)} roots move, {len(entry.new_roots)} get a first side"]:
+        click.echo(line)
+    for line in changes[:50]:
+        click.echo(f"  {line}")
+    if not yes:
+        click.echo("nothing written: rerun with --yes to re-split")
+        return
+    click.echo(f"split epoch {entry.state.epoch} in force (plan {entry.state.seq}); the next regeneration applies it")
+
+
+@main.group()
 def failures() -> None:
     """Production failure logs."""
 
@@ -276,19 +348,23 @@ def failures() -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
 def failures_ingest(files: tuple[Path, ...], home: Path | None) -> None:
-    """Put failure logs (JSONL) into the inbox and materialize them now, as the inbox sensor would."""
+    """Materialize failure logs (JSONL) now, as the inbox sensor would: only their redacted records are stored.
+
+    A log is read where it is and left there (no copy is made); a log already in the inbox is taken out of it once
+    its records are stored, as the sensor's runs do.
+    """
     from pipeline.runs import materialize
-    from validators.tables import atomic_write
 
     settings = Settings.from_env(home=home)
-    inbox = Path(settings.failure_inbox)
+    inbox = Path(settings.failure_inbox).resolve()
     failed = False
     for source in files:
         if source.suffix != ".jsonl":
             raise click.UsageError(f"{source}: a failure log is a .jsonl file (one failed interaction per line)")
-        with atomic_write(inbox / source.name) as handle:  # the sensor never sees a half-copied file
-            handle.write(source.read_bytes())
-        summary = materialize(settings, "key:failure_logs or key:failure_rejects", partition=source.name)
+        read_from = {} if source.resolve().parent == inbox else {"failure_logs": {"path": str(source.resolve())}}
+        summary = materialize(
+            settings, "key:failure_logs or key:failure_rejects", partition=source.name, ops=read_from
+        )
         numbers = {a.key: a.metadata for a in summary.assets}
         logs = numbers.get("failure_logs", {})
         click.echo(

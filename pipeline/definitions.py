@@ -65,7 +65,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         resources={
             "io_manager": TableStorage(root=str(settings.home)),
             "seeds": SeedRepository(path=str(settings.seeds_dir)),
-            "inbox": FailureInbox(path=settings.failure_inbox),
+            "inbox": FailureInbox(path=settings.failure_inbox, quarantine=settings.failure_quarantine),
             "llm": _llm_endpoint(settings),
             "plan": _variant_plan(settings),
             "policy": CurationPolicy(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import IO, Any
 from urllib.parse import urlparse
 
 import dagster as dg
+import pandas as pd
 from pydantic import Field, PrivateAttr
 from upath import UPath
 
@@ -16,13 +18,22 @@ from generators.rewrite import REWRITE_KINDS
 from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
 from llm.models import bundled_model, bundled_model_dir
 from llm.serving import Backend, ModelServer
+from pipeline.storage import is_local
 from training.promotion import PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
+from validators.cache_store import CacheStore
 from validators.dedup import MinHashConfig
 from validators.judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
 from validators.splits import SplitConfig
+from validators.tasks import TASK_FIELDS
+
+# Side state kept under the storage root, beside the asset tables, for as long as the root lives.
+SPLITS_FOLDER = "splits"  # the split ledger: every lineage root's side, append-only (validators.split_ledger)
+CHECKPOINTS_FOLDER = "checkpoints"  # one manifest per trained checkpoint (validators.manifests)
+VALIDATION_CACHE_FOLDER = "validation_cache"  # verdicts by content (validators.tasks.verdict_key)
+GENERATION_CACHE_FOLDER = "generation_cache"  # programmatic outputs per parent (generators.programmatic.variants_key)
 
 
 class StorageRoot(dg.ConfigurableResource):
@@ -47,11 +58,12 @@ class SeedRepository(dg.ConfigurableResource):
         """Verifier fixture paths (SQLite files) in seeds resolve against the seeds folder."""
         return VerifyContext(seeds_dir=self.folder)
 
-    def load(self) -> SeedSet:
-        """Load and check every seed file; origins are shown relative to the seeds folder's parent."""
+    def load(self, cache: CacheStore | None = None) -> SeedSet:
+        """Load and check every seed file (an unchanged seed's verdict comes from `cache`, when given); origins
+        are shown relative to the seeds folder's parent."""
         if not self.folder.is_dir():
             raise FileNotFoundError(f"seeds folder {self.folder} does not exist: set SEEDWHEEL_SEEDS or `path`")
-        return load_seeds([self.folder], root=self.folder.parent, context=self.verify_context())
+        return load_seeds([self.folder], root=self.folder.parent, context=self.verify_context(), cache=cache)
 
 
 class LLMEndpoint(dg.ConfigurableResource):
@@ -218,6 +230,13 @@ class JudgePolicy(dg.ConfigurableResource):
     price_in_per_1k: float = 0.0
     price_out_per_1k: float = 0.0
 
+    def kept(self, judged: pd.DataFrame) -> pd.DataFrame:
+        """The judged tasks the splits keep (by `use_labels`), as plain task records."""
+        if self.use_labels not in ("accepted", "all"):
+            raise ValueError(f"JudgePolicy.use_labels is {self.use_labels!r}: use 'accepted' or 'all'")
+        chosen = judged[judged["judge_verdict"] == "accept"] if self.use_labels == "accepted" else judged
+        return chosen[list(TASK_FIELDS)]
+
     def rule(self) -> AcceptanceRule:
         return AcceptanceRule({"reference_correctness": self.min_reference_correctness})
 
@@ -316,9 +335,14 @@ class PromotionGate(dg.ConfigurableResource):
 
 
 class FailureInbox(dg.ConfigurableResource):
-    """Where production failure logs arrive (`*.jsonl`): a local folder, or any fsspec URL (`s3://bucket/inbox`)."""
+    """Where production failure logs arrive (`*.jsonl`): a local folder, or any fsspec URL (`s3://bucket/inbox`).
+
+    A raw log leaves the inbox once its redacted records are stored (`retire`): deleted, or moved under
+    `quarantine` when one is set (`SEEDWHEEL_FAILURE_QUARANTINE`, a folder or URL outside the project's folders).
+    """
 
     path: str
+    quarantine: str = ""  # empty: delete raw logs once redacted
 
     def _folder(self) -> UPath:
         return UPath(self.path)
@@ -328,18 +352,52 @@ class FailureInbox(dg.ConfigurableResource):
         folder = self._folder()
         if not folder.exists():
             return []
-        found = []
-        for entry in sorted(folder.glob("*.jsonl"), key=lambda p: p.name):
-            stat = entry.stat()
-            found.append((entry.name, f"{stat.st_size}:{int(stat.st_mtime)}"))
-        return found
+        return [(entry.name, _stamp(entry)) for entry in sorted(folder.glob("*.jsonl"), key=lambda p: p.name)]
+
+    def stamp(self, name: str) -> str:
+        """One log's `"size:mtime"`, as `files` gives it."""
+        return _stamp(self._log(name))
 
     def open(self, name: str) -> IO[bytes]:
         """One log, opened for reading in binary (an iterable of lines: long lines are not read whole into memory,
         non-UTF-8 bytes reach the parser, which rejects those lines with their number)."""
+        return self._log(name).open("rb")
+
+    def retire(self, name: str, stamp: str, run_id: str) -> str | None:
+        """Take a log whose redacted records are stored out of the inbox: delete it, or move it to
+        `<quarantine>/<run_id>/<name>`.
+
+        Returns:
+            What became of it (`deleted`, or `moved to <path>`); None when its stamp is no longer `stamp` (it grew
+            or was replaced since it was read): it is left for the run its new stamp gets from the sensor.
+        """
+        log = self._log(name)
+        if _stamp(log) != stamp:
+            return None
+        if not self.quarantine:
+            log.unlink()
+            return "deleted"
+        target = UPath(self.quarantine) / run_id / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if is_local(log) and is_local(target):
+            shutil.move(log.path, target.path)  # a rename on one file system
+        else:
+            with log.open("rb") as source, target.open("wb") as copy:
+                shutil.copyfileobj(source, copy)
+            log.unlink()
+        return f"moved to {target}"
+
+    def _log(self, name: str) -> UPath:
         path = self._folder() / name
         if not path.exists():
             raise FileNotFoundError(
-                f"failure log {path} is not in the inbox; put it there or `seedwheel failures ingest` it"
+                f"failure log {path} is not in the inbox: put it there, or `seedwheel failures ingest` it. A log "
+                "leaves the inbox once its redacted records are stored (deleted, or moved to "
+                "SEEDWHEEL_FAILURE_QUARANTINE), so its failure_logs partition already holds them"
             )
-        return path.open("rb")
+        return path
+
+
+def _stamp(path: UPath) -> str:
+    stat = path.stat()
+    return f"{stat.st_size}:{int(stat.st_mtime)}"

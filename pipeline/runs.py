@@ -48,6 +48,7 @@ def materialize(
     resources: Mapping[str, Mapping[str, Any]] | None = None,
     partition: str | None = None,
     executor: str = "in_process",
+    ops: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunSummary:
     """Materialize the selected assets (all when `select` is None; Dagster selection syntax otherwise).
 
@@ -58,7 +59,8 @@ def materialize(
     for that partition (a failure log's file name), which is added to the instance when new.
 
     `resources` sets resource fields for this run, as the UI's launchpad does, e.g.
-    `{"training": {"difficulty_k": 4}}`; fields not given keep the profile's values.
+    `{"training": {"difficulty_k": 4}}`; fields not given keep the profile's values. `ops` is the run config of
+    ops (an asset's `dg.Config`), e.g. `{"failure_logs": {"path": "/data/log.jsonl"}}`.
 
     Raises:
         ValueError: when the selection matches no asset.
@@ -96,6 +98,7 @@ def materialize(
         run_config = {
             "loggers": {"console": {"config": {"log_level": "INFO"}}},
             "resources": _resource_config(defs, resources or {}),
+            "ops": {name: {"config": dict(config)} for name, config in (ops or {}).items()},
         }
         tags = {"seedwheel/profile": settings.profile, "seedwheel/launched_by": "cli", PROCESS_TAG: process_tag()}
         if executor == "in_process":

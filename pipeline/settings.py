@@ -34,6 +34,8 @@ class Settings:
             once from its GGUF file); `<home>/models` by default, shared between storage roots when set.
         nightly_cron: when the nightly regeneration runs (cron syntax), in `timezone` (an IANA name).
         failure_inbox: where production failure logs arrive (a folder or an fsspec URL); `<home>-inbox` by default.
+        failure_quarantine: where a raw failure log goes once its redacted records are stored (a folder or an fsspec
+            URL outside every folder the project keeps); empty, the default, deletes it.
         retrain_growth: train (and gate) again when the training split has grown by this fraction since the last
             GRPO checkpoint, e.g. 0.2 (the `corpus_growth` sensor); None trains on demand only.
     """
@@ -50,6 +52,7 @@ class Settings:
     nightly_cron: str = "0 2 * * *"
     timezone: str = "UTC"
     failure_inbox: str = ""
+    failure_quarantine: str = ""
     retrain_growth: float | None = None
 
     @classmethod
@@ -77,6 +80,16 @@ class Settings:
         timezone = environ.get("SEEDWHEEL_TIMEZONE", "UTC")
         _check_schedule(nightly_cron, timezone)
         failure_inbox = environ.get("SEEDWHEEL_FAILURE_INBOX") or str(home.with_name(f"{home.name}-inbox"))
+        failure_quarantine = _quarantine(
+            environ.get("SEEDWHEEL_FAILURE_QUARANTINE", ""),
+            {
+                "SEEDWHEEL_HOME": str(home),
+                "DAGSTER_HOME": str(dagster_home),
+                "SEEDWHEEL_FAILURE_INBOX": failure_inbox,
+                "SEEDWHEEL_MODELS_DIR": str(models_dir),
+                "SEEDWHEEL_SEEDS": str(seeds_dir),
+            },
+        )
         retrain_growth = _growth(environ.get("SEEDWHEEL_RETRAIN_GROWTH", ""))
         return cls(
             profile,  # type: ignore[arg-type]
@@ -91,6 +104,7 @@ class Settings:
             nightly_cron,
             timezone,
             failure_inbox,
+            failure_quarantine,
             retrain_growth,
         )
 
@@ -109,6 +123,7 @@ class Settings:
             "SEEDWHEEL_NIGHTLY_CRON": self.nightly_cron,
             "SEEDWHEEL_TIMEZONE": self.timezone,
             "SEEDWHEEL_FAILURE_INBOX": self.failure_inbox,
+            "SEEDWHEEL_FAILURE_QUARANTINE": self.failure_quarantine,
             "SEEDWHEEL_RETRAIN_GROWTH": "" if self.retrain_growth is None else str(self.retrain_growth),
         }
 
@@ -146,3 +161,30 @@ def _growth(value: str) -> float | None:
             "training split has grown by 20% since the last checkpoint (unset: train on demand)"
         )
     return growth
+
+
+def _quarantine(value: str, kept: Mapping[str, str]) -> str:
+    """`SEEDWHEEL_FAILURE_QUARANTINE` as an absolute path (or a URL), refused inside a folder the project keeps.
+
+    Args:
+        value: the variable's value; empty means raw logs are deleted once redacted.
+        kept: the project's folders by the variable that sets each (storage root, Dagster home, inbox, ...).
+    """
+    if not value.strip():
+        return ""
+    quarantine = _location(value)
+    for variable, folder in kept.items():
+        inside = _location(folder)
+        if quarantine == inside or quarantine.startswith(inside.rstrip("/") + "/"):
+            raise ValueError(
+                f"SEEDWHEEL_FAILURE_QUARANTINE={value!r} is inside {variable} ({folder}): a raw failure log must "
+                "leave the project's folders once its records are redacted; set it to a folder outside them "
+                "(readable only by those who may see raw production logs), or leave it empty to delete each raw "
+                "log once its records are stored"
+            )
+    return quarantine
+
+
+def _location(path: str) -> str:
+    """A folder as one comparable string: a URL as given (no trailing slash), a local path absolute and resolved."""
+    return path.rstrip("/") if "://" in path else str(Path(path).resolve())

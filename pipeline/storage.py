@@ -21,14 +21,14 @@ class ParquetTableIOManager(dg.UPathIOManager):
         if not isinstance(obj, pd.DataFrame):
             asset = context.asset_key.to_user_string()
             raise TypeError(f"asset {asset} returned {type(obj).__name__}; the table storage writes DataFrames")
-        if _is_local(path):
+        if is_local(path):
             write_table(obj, Path(path.path))
         else:  # object stores replace an object in one PUT, so a plain write is already atomic
             with path.open("wb") as handle:
                 pq.write_table(to_arrow(obj), handle)
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
-        if _is_local(path):
+        if is_local(path):
             return read_table(Path(path.path))
         with path.open("rb") as handle:
             return from_arrow(pq.read_table(handle))
@@ -37,7 +37,8 @@ class ParquetTableIOManager(dg.UPathIOManager):
         return {"dagster/row_count": dg.MetadataValue.int(len(obj))}
 
 
-def _is_local(path: UPath) -> bool:
+def is_local(path: UPath) -> bool:
+    """Whether `path` is on this machine's file system (not an object store)."""
     return path.protocol in ("", "file", "local")
 
 

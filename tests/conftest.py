@@ -10,6 +10,9 @@ from pipeline.settings import Settings
 from tests.paths import REAL_MODELS_DIR, SEEDS
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training.tiny_model import build_tiny_model
+from validators.registry import VerifyContext
+from validators.seeds import load_seeds
+from validators.tasks import TASK_FIELDS
 
 
 @pytest.fixture
@@ -23,6 +26,14 @@ def settings(tmp_path: Path) -> Settings:
         dagster_home=tmp_path / "dagster",
         models_dir=REAL_MODELS_DIR,
     )
+
+
+@pytest.fixture
+def seed_records(settings: Settings) -> list[dict]:
+    """The arithmetic and SQL seed sets as plain task records (two families, enough roots for both sides)."""
+    folders = [settings.seeds_dir / family for family in ("arithmetic", "sql")]
+    seeds = load_seeds(folders, root=settings.seeds_dir.parent, context=VerifyContext(seeds_dir=settings.seeds_dir))
+    return [{k: t[k] for k in TASK_FIELDS} for t in seeds.tasks]
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,8 @@ import sqlite3
 from pathlib import Path
 
 from llm.cache import DB_NAME
+from pipeline.resources import GENERATION_CACHE_FOLDER, VALIDATION_CACHE_FOLDER
+from validators.cache_store import CacheStore
 from validators.dedup import DedupIndex, MinHashConfig
 from validators.tables import read_table
 
@@ -19,7 +21,7 @@ def assert_whole_files(home: Path) -> None:
 
 def assert_consistent_state(home: Path) -> None:
     """What runs share is intact: each dedup index opens as written (not rebuilt), with no key twice; the LLM
-    cache passes SQLite's integrity check."""
+    cache passes SQLite's integrity check; the validation and generation caches pass their checksums."""
     for folder in (home / "dedup_index").iterdir():
         fields = json.loads((folder / "manifest.json").read_text())["config_fields"]
         index = DedupIndex.open(folder, MinHashConfig(**fields))
@@ -27,3 +29,6 @@ def assert_consistent_state(home: Path) -> None:
         assert len(index) and len(set(index.keys)) == len(index), f"{folder}: empty, or a key is indexed twice"
     with sqlite3.connect(home / "llm_cache" / DB_NAME) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    for folder in (VALIDATION_CACHE_FOLDER, GENERATION_CACHE_FOLDER):
+        cache = CacheStore.open(home / folder)
+        assert not cache.rebuilt, f"{folder}: {cache.rebuild_reason}"

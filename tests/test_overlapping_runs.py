@@ -149,8 +149,9 @@ def test_two_scheduled_regenerations_run_one_after_the_other(settings: Settings)
         later = _metadata(url, run_ids[[run["startTime"] for run in runs].index(second["startTime"])])
         for asset in ("task_variants", "judged_tasks"):
             assert later[asset]["llm_calls_made"] == 0 < later[asset]["llm_calls_cached"], later[asset]
-        dedup = later["deduplicated_tasks"]
-        assert dedup["index_rows_added"] == 0 < dedup["index_rows_before"] == dedup["index_rows_after"], dedup
+        split = later["train_tasks"]
+        assert split["dedup_index_rows_added"] == 0 < split["dedup_index_rows"], split
+        assert split["new_roots"] == 0 and split["split_plan"] == 1, split  # the sides were assigned once
 
     assert_whole_files(settings.home)
     assert_consistent_state(settings.home)
@@ -187,12 +188,13 @@ def test_regenerations_forced_side_by_side_leave_whole_outputs(settings: Setting
         dedups = instance.fetch_materializations(dg.AssetKey("deduplicated_tasks"), limit=10).records
         assert [record.asset_materialization.metadata["index_rebuilt"].value for record in dedups] == [False] * 2
 
-    # The index holds what the runs accepted: deduplicating the stored table again finds nothing new to add (a
-    # run whose commit was lost would see its accepted tasks as new now).
-    again = materialize(settings, "deduplicated_tasks")
+    # The index holds what the runs' splits kept: splitting the stored table again finds nothing new to add (a
+    # run whose commit was lost would see its tasks as new now), and the ledger assigned each root once.
+    again = materialize(settings, "train_tasks")
     assert again.success, again.failures
-    [dedup] = again.assets
-    assert dedup.metadata["index_rows_added"] == 0 < dedup.metadata["index_rows_before"]
+    split = next(a for a in again.assets if a.key == "train_tasks")
+    assert split.metadata["dedup_index_rows_added"] == 0 < split.metadata["dedup_index_rows"]
+    assert split.metadata["new_roots"] == 0 and split.metadata["split_plan"] == 1
 
 
 def _metadata(url: str, run_id: str) -> dict[str, dict[str, int]]:

@@ -14,9 +14,11 @@ import pytest
 
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
+from pipeline.resources import CHECKPOINTS_FOLDER
 from pipeline.runs import RunSummary, materialize
 from pipeline.settings import Settings
 from tests.paths import REAL_MODELS_DIR, REPO, SEEDS
+from validators.manifests import load_manifests
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.splits import task_roots
@@ -200,8 +202,12 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     assert sft["trained"] and grpo["start_model"] == sft["checkpoint"]  # GRPO starts from the SFT warm-up
     assert Path(grpo["checkpoint"], "config.json").exists()
     train = read_table(settings.home / "train_tasks.parquet")
-    assert set(grpo["train_task_ids"]) <= set(train["task_id"])  # lineage: what the checkpoint saw
-    assert grpo["train_tasks_run_id"] == summary.run_id
+    assert set(grpo["task_ids"]) <= set(train["task_id"])  # lineage: what the checkpoint saw
+    assert grpo["data_versions"]["train_tasks"]["run_id"] == summary.run_id
+    # Both checkpoints' manifests are kept for good, under the split plan the train split was made with.
+    manifests = {m.stage: m for m in load_manifests(settings.home / CHECKPOINTS_FOLDER)}
+    assert manifests["grpo"].task_ids == sorted(grpo["task_ids"]) and manifests["sft"].checkpoint == sft["checkpoint"]
+    assert manifests["grpo"].split_seq == asset(summary, "train_tasks").metadata["split_plan"] >= 1
     metadata = asset(summary, "grpo_checkpoint").metadata
     assert metadata["steps"] == grpo["config"]["grpo"]["max_steps"]  # streamed back from the Pipes child
     assert metadata["reward_curve"].startswith("![")
@@ -216,7 +222,7 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     # GRPO trains on the learnable tasks alone, and its groups' rewards differ: a gradient flows.
     kept = profile["label"] == "learnable"
     assert profile["in_grpo_set"].astype(bool).tolist() == kept.tolist()
-    assert set(grpo["train_task_ids"]) == set(profile.loc[kept, "task_id"])
+    assert set(grpo["task_ids"]) == set(profile.loc[kept, "task_id"])
     assert metadata["groups_with_reward_spread"] > 0
     assert weights_differ(Path(sft["checkpoint"]), Path(grpo["checkpoint"]))
     evaluation = read_table(settings.home / "checkpoint_eval.parquet")

@@ -298,7 +298,8 @@ class GRPOResult:
         resumed_from: the checkpoint this run resumed from, or None for a fresh start.
         verifier_versions: verifier name -> versions the training rows were scored with.
         train_rows: rows trained on (after the prompt-length filter).
-        filtered_rows: rows dropped for prompts longer than `max_prompt_tokens`.
+        filtered_task_ids: task ids of the rows dropped for prompts longer than `max_prompt_tokens` (the
+            checkpoint's manifest leaves them out).
         train_seconds: wall time of `trainer.train()`.
     """
 
@@ -308,8 +309,13 @@ class GRPOResult:
     resumed_from: Path | None
     verifier_versions: dict[str, list[int]]
     train_rows: int
-    filtered_rows: int
+    filtered_task_ids: list[str]
     train_seconds: float = 0.0
+
+    @property
+    def filtered_rows(self) -> int:
+        """Rows dropped for prompts longer than `max_prompt_tokens`."""
+        return len(self.filtered_task_ids)
 
     def last_metric(self, key: str) -> Any:
         """The last logged non-None value of `key` (e.g. `"reward"`), or None."""
@@ -331,6 +337,7 @@ class GRPOResult:
             "reward_means": {key: self.last_metric(key) for key in rewards},
             "train_rows": self.train_rows,
             "filtered_rows": self.filtered_rows,
+            "filtered_task_ids": self.filtered_task_ids,
             "verifier_versions": self.verifier_versions,
             "train_seconds": round(self.train_seconds, 3),
         }
@@ -419,7 +426,7 @@ def filter_long_prompts(
     tokenizer: PreTrainedTokenizerBase,
     max_prompt_tokens: int | None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
-) -> tuple[Dataset, int]:
+) -> tuple[Dataset, list[str]]:
     """Drop rows whose prompt is longer than `max_prompt_tokens`, logging how many and which.
 
     TRL 1.16 no longer truncates prompts (`max_prompt_length` was removed); a truncated prompt would also lose
@@ -432,22 +439,21 @@ def filter_long_prompts(
         chat_template_kwargs: as in `GRPOConfig.chat_template_kwargs`.
 
     Returns:
-        `(kept_dataset, dropped_count)`.
+        `(kept_dataset, dropped_task_ids)` (row numbers as text when the rows have no `task_id`).
 
     Example:
         >>> kept, dropped = filter_long_prompts(dataset, tokenizer, 256)  # doctest: +SKIP
     """
     if max_prompt_tokens is None:
-        return dataset, 0
+        return dataset, []
     counts = prompt_token_counts(dataset[PROMPT_COLUMN], tokenizer, chat_template_kwargs)
     keep = [i for i, n in enumerate(counts) if n <= max_prompt_tokens]
-    dropped = len(counts) - len(keep)
-    if dropped:
-        ids = dataset["task_id"] if "task_id" in dataset.column_names else list(range(len(counts)))
-        long_ids = [str(ids[i]) for i, n in enumerate(counts) if n > max_prompt_tokens]
+    ids = dataset["task_id"] if "task_id" in dataset.column_names else list(range(len(counts)))
+    long_ids = [str(ids[i]) for i, n in enumerate(counts) if n > max_prompt_tokens]
+    if long_ids:
         logger.warning(
             "Dropped %d of %d prompts longer than max_prompt_tokens=%d (longest %d tokens); tasks: %s%s",
-            dropped,
+            len(long_ids),
             len(counts),
             max_prompt_tokens,
             max(counts),
@@ -455,7 +461,7 @@ def filter_long_prompts(
             " ..." if len(long_ids) > 10 else "",
         )
         dataset = dataset.select(keep)
-    return dataset, dropped
+    return dataset, long_ids
 
 
 def verifier_versions(specs: Sequence[Any]) -> dict[str, list[int]]:
@@ -581,7 +587,7 @@ def run_grpo(
     logger.info(
         "GRPO: %d rows (%d filtered), rewards %s, weights %s, max_steps=%s",
         len(dataset),
-        filtered,
+        len(filtered),
         [f.__name__ for f in reward_funcs],
         weights,
         config.max_steps,
@@ -599,6 +605,6 @@ def run_grpo(
         resumed_from=resume,
         verifier_versions=versions,
         train_rows=len(dataset),
-        filtered_rows=filtered,
+        filtered_task_ids=filtered,
         train_seconds=seconds,
     )

@@ -232,6 +232,7 @@ def materialization_metadata(result: GRPOResult) -> dict[str, Any]:
         else {"raw_value": None, "type": "null"},
         "train_rows": summary["train_rows"],
         "filtered_rows": summary["filtered_rows"],
+        "filtered_task_ids": {"raw_value": summary["filtered_task_ids"], "type": "json"},
         "verifier_versions": {"raw_value": summary["verifier_versions"], "type": "json"},
         "reward_means": {"raw_value": summary["reward_means"], "type": "json"},
         "resumed_from": {"raw_value": summary["resumed_from"] or "", "type": "text"},

@@ -7,7 +7,10 @@ baseline pass@1 on the same eval tasks) and applies three rules, all of which mu
 2. **better overall**: the lower bound of the overall difference's confidence interval exceeds
    `policy.min_improvement` (default 0: the interval must exclude "no change"). A mean that is higher but
    whose interval reaches 0 is noise as far as the gate is concerned;
-3. **no family regresses**: no family's mean difference is below `-policy.max_family_regression`.
+3. **no family regresses**: no family's mean difference is below `-policy.max_family_regression`;
+4. **one split**: both models were trained under the same split epoch (`validators.split_ledger`). After a
+   re-split the eval sets of the two epochs differ, so a checkpoint of the new epoch is never compared with (and
+   never replaces) one of the old; a model with no manifest (the base model) has no epoch and always compares.
 
 Rule 3 uses the family's *mean* by default (`family_rule="mean"`), not its interval. That is the stricter
 choice: the alternative (`family_rule="ci"`, block only when the whole interval lies below the tolerance) needs
@@ -102,12 +105,19 @@ def _family_regressed(paired: PairedDifference, policy: PromotionPolicy) -> bool
     return paired.difference.value < -policy.max_family_regression
 
 
-def decide(comparison: Comparison, policy: PromotionPolicy | None = None) -> PromotionDecision:
+def decide(
+    comparison: Comparison,
+    policy: PromotionPolicy | None = None,
+    *,
+    split_epochs: Mapping[str, int | None] | None = None,
+) -> PromotionDecision:
     """Apply the promotion rules to a paired comparison.
 
     Args:
         comparison: candidate vs baseline (`training.evaluation.compare`).
         policy: the thresholds; the defaults when None.
+        split_epochs: `{"baseline": epoch, "candidate": epoch}`, the split epoch each was trained under (None:
+            not a trained checkpoint, e.g. the base model); rule 4.
 
     Returns:
         A `PromotionDecision`. `reasons` has one line per rule, passing ones too, e.g.
@@ -155,6 +165,15 @@ def decide(comparison: Comparison, policy: PromotionPolicy | None = None) -> Pro
         else:
             blocked = True
             reasons.append(f"family {family} regressed {diff.signed()} beyond tolerance {tolerance:.2f}")
+
+    epochs = dict(split_epochs or {})
+    baseline_epoch, candidate_epoch = epochs.get("baseline"), epochs.get("candidate")
+    if None not in (baseline_epoch, candidate_epoch) and baseline_epoch != candidate_epoch:
+        blocked = True
+        reasons.append(
+            f"baseline trained under split epoch {baseline_epoch}, candidate under {candidate_epoch}: a re-split "
+            "lies between them, their eval sets differ, so they are not compared (README, 'Splits across nights')"
+        )
 
     numbers: dict[str, float | int] = dict(comparison.as_metadata())
     numbers.update(

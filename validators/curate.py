@@ -80,3 +80,16 @@ def dedup_tasks(
         kept = str(label.duplicate_of).split(":", 1)[1] if label.is_duplicate else None
         result.append(DedupLabel(label.is_duplicate, label.cluster_id.split(":", 1)[-1], kept, label.kind))
     return result
+
+
+def index_tasks(tasks: Sequence[Mapping[str, Any]], index: DedupIndex) -> int:
+    """Add the tasks the index does not hold yet (by `dedup_key`) and commit them; returns the rows written.
+
+    The pipeline indexes the tasks its splits keep, so later runs label near-copies of anything trained or
+    evaluated on as duplicates, and a task the judge rejected blocks nothing.
+    """
+    keys = [dedup_key(t) for t in tasks]
+    known = index.ordinals_of(keys) >= 0 if len(index) else [False] * len(keys)
+    fresh = [i for i, seen in enumerate(known) if not seen]
+    index.stage_texts([keys[i] for i in fresh], [task_text(tasks[i]) for i in fresh])
+    return index.commit()

@@ -130,6 +130,16 @@ class Verifier(ABC):
         """A completion known to be wrong for these params (validation checks it fails), or None."""
         return None
 
+    def versions(self, params: Mapping[str, Any]) -> list[tuple[str, int]]:
+        """The registered `(name, version)` of every verifier that judges with these params: this one, and any it
+        delegates to. Caches of verdicts key on them, so a version bump re-validates exactly its tasks."""
+        return [(self.name, self.version)]
+
+    def fixtures(self, params: Mapping[str, Any], context: VerifyContext) -> list[Path]:
+        """Files a verdict reads besides the completion and the params (a SQL task's database), resolved in
+        `context`. Caches of verdicts key on their content, so a changed fixture re-validates its tasks."""
+        return []
+
     def hack_probes(self, params: Mapping[str, Any], reference: str | None, context: VerifyContext) -> list[HackProbe]:
         """Completions built from this task's own gold that try to be paid without solving the task.
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
+from validators.cache_store import CacheStore
 from validators.pointers import json_pointer
 from validators.registry import REGISTRY, UnknownVerifierError, VerifyContext
-from validators.tasks import Problem, compute_task_id, schema_problems, task_problems
+from validators.tasks import Problem, check_tasks, compute_task_id, schema_problems
 
 SEED_SUFFIXES = (".jsonl", ".yaml", ".yml")
 # Folders under seeds/ that hold other curated data (e.g. the judge's labelled audit set), not seed tasks.
@@ -223,13 +224,20 @@ def to_task_record(record: SeedRecord) -> tuple[dict[str, Any] | None, list[Prob
     return task, problems
 
 
-def load_seeds(paths: Iterable[Path], *, root: Path | None = None, context: VerifyContext | None = None) -> SeedSet:
+def load_seeds(
+    paths: Iterable[Path],
+    *,
+    root: Path | None = None,
+    context: VerifyContext | None = None,
+    cache: CacheStore | None = None,
+) -> SeedSet:
     """Load and check seed files: schema, verifier params, the reference against its own verifier, unique ids.
 
     Args:
         paths: seed files or folders (searched recursively).
         root: paths are shown relative to this folder when under it (e.g. the repository root).
         context: where verifier fixture paths (SQLite files) resolve; defaults to the seeds folder.
+        cache: earlier verdicts (`validators.tasks.check_tasks`): an unchanged seed is not checked again.
 
     Returns:
         A `SeedSet`: valid tasks (with an `origin` column, `path:line`), located problems, and one reject row
@@ -241,30 +249,34 @@ def load_seeds(paths: Iterable[Path], *, root: Path | None = None, context: Veri
         []
     """
     seed_set = SeedSet()
-    first_seen: dict[str, str] = {}
+    parsed: list[tuple[Any, dict[str, Any] | None, list[Problem]]] = []
     for path in discover_seed_files(paths):
         display = _display(path, root)
         seed_set.files.append(display)
         records, problems = read_seed_file(path, display)
         seed_set.problems.extend(problems)
         seed_set.rejects.extend(_reject_row(p.path, p.line, None, [p.problem], None) for p in problems)
-        for record in records:
-            task, problems = to_task_record(record)
-            if task is not None and not problems:
-                problems = task_problems(task, context, check_wrong_answer=True)
-            previous = first_seen.get(task["task_id"]) if task is not None and not problems else None
-            if previous is not None:
-                message = f"duplicate task_id {task['task_id']}: same prompt and verifier as {previous}"
-                problems = [Problem("duplicate_task_id", "/", message, "remove one of the two records")]
-            if problems:
-                for problem in problems:
-                    line = record.line_of(problem.pointer)
-                    seed_set.problems.append(SeedProblem(record.path, line, problem))
-                task_id = task.get("task_id") if task else None
-                seed_set.rejects.append(_reject_row(record.path, record.line, task_id, problems, record.raw))
-                continue
-            first_seen[task["task_id"]] = record.origin
-            seed_set.tasks.append({**task, "origin": record.origin})
+        parsed.extend((record, *to_task_record(record)) for record in records)
+    # The verifier checks run together (threads; the sandbox does the waiting), through the cache when given.
+    checkable = [i for i, (_, task, problems) in enumerate(parsed) if task is not None and not problems]
+    verdicts = check_tasks([parsed[i][1] for i in checkable], context, cache=cache)  # type: ignore[misc]
+    for i, problems in zip(checkable, verdicts, strict=True):
+        parsed[i] = (parsed[i][0], parsed[i][1], problems)
+    first_seen: dict[str, str] = {}
+    for record, task, problems in parsed:
+        previous = first_seen.get(task["task_id"]) if task is not None and not problems else None
+        if previous is not None:
+            message = f"duplicate task_id {task['task_id']}: same prompt and verifier as {previous}"
+            problems = [Problem("duplicate_task_id", "/", message, "remove one of the two records")]
+        if problems:
+            for problem in problems:
+                line = record.line_of(problem.pointer)
+                seed_set.problems.append(SeedProblem(record.path, line, problem))
+            task_id = task.get("task_id") if task else None
+            seed_set.rejects.append(_reject_row(record.path, record.line, task_id, problems, record.raw))
+            continue
+        first_seen[task["task_id"]] = record.origin
+        seed_set.tasks.append({**task, "origin": record.origin})
     return seed_set
 
 

@@ -7,17 +7,20 @@ import json
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import jsonschema
 
+from validators.cache_store import CacheStore, file_digest
 from validators.pointers import json_pointer
 from validators.registry import REGISTRY, VerifyContext, spec_problems, verify
 
 TASK_FIELDS = ("task_id", "family", "prompt", "verifier", "reference", "lineage", "difficulty", "tags")
+# Bump when what `check_task` decides changes without a verifier version bump, or when `Problem` changes shape.
+VERDICT_KEY_FORMAT = 1
 
 
 @cache
@@ -128,6 +131,26 @@ def _fix_for(error: jsonschema.ValidationError) -> str:
     return _FIXES.get(str(error.validator), "see validators/schemas/task.schema.json")
 
 
+# Verdict codes of a verifier run stopped by a limit the machine decides as much as the task does (wall or CPU time
+# under load; memory or processes, which without root count the caller's own): a rerun may decide otherwise.
+# Not covered: a SQL gold query timing out while the params are checked comes back as `bad_params` text.
+ENVIRONMENTAL_CODES = frozenset({"timeout", "sandbox_violation"})
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    """What checking one task record found (`check_task`).
+
+    Attributes:
+        problems: everything wrong with the record, empty when it is valid.
+        environmental: a verifier run (the reference's, or the wrong answer's) ended with one of
+            `ENVIRONMENTAL_CODES`, so the outcome may differ on a rerun: a cache must not keep it.
+    """
+
+    problems: list[Problem]
+    environmental: bool = False
+
+
 def task_problems(
     record: Mapping[str, Any], context: VerifyContext | None = None, *, check_wrong_answer: bool = False
 ) -> list[Problem]:
@@ -144,49 +167,61 @@ def task_problems(
     Returns:
         The problems, empty when the task is valid.
     """
+    return check_task(record, context, check_wrong_answer=check_wrong_answer).problems
+
+
+def check_task(
+    record: Mapping[str, Any], context: VerifyContext | None = None, *, check_wrong_answer: bool = False
+) -> TaskCheck:
+    """`task_problems`, and whether a verifier run ended for an environmental reason (see `TaskCheck`)."""
     record = {k: record[k] for k in TASK_FIELDS if k in record}
     problems = schema_problems(record)
     if problems:
-        return problems
+        return TaskCheck(problems)
     expected_id = compute_task_id(record["prompt"], record["verifier"])
     if record["task_id"] != expected_id:
-        return [
-            Problem(
-                "task_id_mismatch",
-                "/task_id",
-                f"task_id {record['task_id']} is not the content hash of prompt + verifier ({expected_id})",
-                "remove task_id (it is derived) or set it to the content hash",
-            )
-        ]
+        return TaskCheck(
+            [
+                Problem(
+                    "task_id_mismatch",
+                    "/task_id",
+                    f"task_id {record['task_id']} is not the content hash of prompt + verifier ({expected_id})",
+                    "remove task_id (it is derived) or set it to the content hash",
+                )
+            ]
+        )
     context = context or VerifyContext()
     spec_issues = [_split_problem(issue) for issue in spec_problems(record["verifier"], context)]
     if spec_issues:
-        return spec_issues
+        return TaskCheck(spec_issues)
+    environmental = False
     if record["reference"] is not None:
         verdict = verify(record, record["reference"], context=context)
+        environmental = verdict.code in ENVIRONMENTAL_CODES
         if not verdict.passed:
-            return [
-                Problem(
-                    "reference_failed",
-                    "/reference",
-                    f"reference fails its own verifier ({verdict.reason})",
-                    "correct the reference or the verifier params",
-                )
-            ]
+            problem = Problem(
+                "reference_failed",
+                "/reference",
+                f"reference fails its own verifier ({verdict.reason})",
+                "correct the reference or the verifier params",
+            )
+            return TaskCheck([problem], environmental)
     if check_wrong_answer:
         wrong = REGISTRY.get(record["verifier"]["name"], record["verifier"]["version"]).wrong_answer(
             record["verifier"]["params"]
         )
-        if wrong is not None and verify(record, wrong, context=context).passed:
-            return [
-                Problem(
+        if wrong is not None:
+            verdict = verify(record, wrong, context=context)
+            environmental = environmental or verdict.code in ENVIRONMENTAL_CODES
+            if verdict.passed:
+                problem = Problem(
                     "wrong_answer_passed",
                     "/verifier/params",
                     f"a known-wrong answer passes the verifier: {wrong[:80]!r}",
                     "make the verifier params specific enough to reject wrong answers",
                 )
-            ]
-    return []
+                return TaskCheck([problem], environmental)
+    return TaskCheck([], environmental)
 
 
 def _split_problem(issue: str) -> Problem:
@@ -215,16 +250,101 @@ class InvalidTaskError(ValueError):
         super().__init__(f"task {task_id or '<no id>'} is invalid:\n" + "\n".join(lines))
 
 
+def verdict_key(record: Mapping[str, Any], context: VerifyContext | None = None) -> str | None:
+    """The validation cache's key of a record: a hash of everything `check_task` decides from, or None.
+
+    SHA-256 (hex) of the canonical JSON of
+
+        {"format": VERDICT_KEY_FORMAT, "schema": <SHA-256 of the task schema>,
+         "record": <the record's TASK_FIELDS, all of them>,
+         "verifiers": <registered [name, version] of each verifier that judges it (`Verifier.versions`)>,
+         "fixtures": <SHA-256 of each file the verifier reads (`Verifier.fixtures`), in order>}
+
+    - The whole record, not only `task_id`: the id hashes the prompt and the verifier's name and params, but not
+      the reference (which must pass), the verifier version, lineage, difficulty or tags (the schema checks them).
+    - The versions are the *registered* ones (the code's), not the record's `verifier.version` (in the record
+      anyway): an old version number resolves to the latest code, and bumping a verifier's version re-validates
+      exactly the tasks that it judges (`weighted` lists its components too).
+    - Fixtures by content, so a changed SQLite file re-validates its tasks, while the same file in another seeds
+      folder (a fresh clone, another machine) still hits.
+    - Not in the key, so a change in them needs a version bump (the registry's rule) or a new cache folder:
+      verifier code behind an unchanged version, the sandbox's limits, the Python version running the sandbox.
+
+    Returns:
+        64 hex characters, or None when the record cannot be keyed (no registered verifier, params it cannot read,
+        a missing fixture, values JSON cannot hold): such a record is checked every time, which is cheap.
+
+    Example:
+        >>> task = {"verifier": {"name": "numeric_answer", "params": {"answer": 4}}, "reference": "#### 4"}
+        >>> len(verdict_key(task)), verdict_key({**task, "reference": "#### 5"}) != verdict_key(task)
+        (64, True)
+    """
+    context = context or VerifyContext()
+    record = {k: record[k] for k in TASK_FIELDS if k in record}
+    spec = record.get("verifier")
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("params", {}), Mapping):
+        return None
+    try:
+        verifier = REGISTRY.get(spec["name"], spec.get("version"))
+        params = spec.get("params", {})
+        fixtures = [file_digest(path) for path in verifier.fixtures(params, context)]
+        if None in fixtures:
+            return None
+        payload = {
+            "format": VERDICT_KEY_FORMAT,
+            "schema": _schema_digest(),
+            "record": record,
+            "verifiers": verifier.versions(params),
+            "fixtures": fixtures,
+        }
+        return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+    except (KeyError, TypeError, ValueError):  # an unknown verifier, params it cannot read, NaN or non-JSON values
+        return None
+
+
+@cache
+def _schema_digest() -> str:
+    return hashlib.sha256(canonical_json(task_schema()).encode("utf-8")).hexdigest()
+
+
 def check_tasks(
-    records: list[Mapping[str, Any]], context: VerifyContext | None = None, *, workers: int | None = None
+    records: list[Mapping[str, Any]],
+    context: VerifyContext | None = None,
+    *,
+    workers: int | None = None,
+    cache: CacheStore | None = None,
 ) -> list[list[Problem]]:
     """`task_problems(record, context, check_wrong_answer=True)` for many records, in parallel threads.
 
     Threads suit the work: sandboxed verifiers wait on a child process, the rest take microseconds.
 
+    Args:
+        records: task records.
+        context: where verifier fixtures resolve.
+        workers: threads (default: one per CPU).
+        cache: verdicts of earlier runs by `verdict_key`: a record whose key is stored is not checked again (the
+            stored problems are returned), and the new outcomes are stored and committed, except environmental
+            ones (`TaskCheck.environmental`). `cache.hits` counts the records served from it.
+
     Returns:
         One list of problems per record, in input order (empty for a valid task).
     """
     context = context or VerifyContext()
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1, thread_name_prefix="check") as pool:
-        return list(pool.map(lambda r: task_problems(r, context, check_wrong_answer=True), records))
+    keys = [verdict_key(r, context) if cache is not None else None for r in records]
+    found: dict[int, list[Problem]] = {}
+    for i, key in enumerate(keys):
+        stored = cache.get(key) if cache is not None and key is not None else None
+        if stored is not None:
+            found[i] = [Problem(**problem) for problem in stored]
+    todo = [i for i in range(len(records)) if i not in found]
+    try:
+        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1, thread_name_prefix="check") as pool:
+            checks = pool.map(lambda i: check_task(records[i], context, check_wrong_answer=True), todo)
+            for i, check in zip(todo, checks, strict=True):  # in order as they finish: the cache commits as it fills
+                found[i] = check.problems
+                if cache is not None and keys[i] is not None and not check.environmental:
+                    cache.put(keys[i], [asdict(problem) for problem in check.problems])
+    finally:  # a check that raised (a broken fixture) keeps the verdicts found before it
+        if cache is not None:
+            cache.commit()
+    return [found[i] for i in range(len(records))]

@@ -14,6 +14,7 @@ new seed family shows up in the rejects table instead of quietly producing nothi
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,6 +24,9 @@ from generators.programmatic.json_extraction import JsonExtractionResample
 from generators.programmatic.python_function import PythonFunctionRespec
 from generators.programmatic.sql import SqlLiteralSwap
 from generators.programmatic.tool_call import ToolCallResample
+from validators.cache_store import CacheStore, file_digest
+from validators.registry import REGISTRY
+from validators.tasks import TASK_FIELDS, canonical_json
 
 PROGRAMMATIC_GENERATORS: dict[str, Generator] = {
     "arithmetic": ArithmeticResample(),
@@ -33,12 +37,62 @@ PROGRAMMATIC_GENERATORS: dict[str, Generator] = {
 }
 
 
+VARIANTS_KEY_FORMAT = 1  # bump when what a generator's output depends on changes without a version bump
+
+
+def variants_key(
+    parent: Mapping[str, Any], generator: Generator | None, *, per_seed: int, random_seed: int
+) -> str | None:
+    """The generation cache's key of one parent's output: a hash of everything `generate_variants` makes it from.
+
+    SHA-256 (hex) of the canonical JSON of
+
+        {"format": VARIANTS_KEY_FORMAT, "parent": <the parent's TASK_FIELDS, all of them>,
+         "generator": [name, version] (null: its family has none), "per_seed": ..., "random_seed": ...,
+         "verifiers": <registered [name, version] of the parent's verifier (`Verifier.versions`)>,
+         "fixtures": <SHA-256 of each file the generator reads (`Generator.fixtures`)>}
+
+    The verifiers are in it because generators judge their variants with the parent's verifier code
+    (`python_function_respec` runs it, `sql_literal_swap` compares with its rules). Not in it: a generator
+    instance's own settings (`PythonFunctionRespec(new_tests=...)`): share a cache folder only between runs that
+    build their generators alike, or bump the generator's version.
+
+    Returns:
+        64 hex characters, or None when the parent cannot be keyed (an unknown verifier, a missing fixture).
+
+    Example:
+        >>> seed = {"task_id": "a" * 16, "family": "arithmetic",
+        ...         "verifier": {"name": "numeric_answer", "version": 2, "params": {"answer": 4}}}
+        >>> len(variants_key(seed, PROGRAMMATIC_GENERATORS["arithmetic"], per_seed=3, random_seed=0))
+        64
+    """
+    parent = {k: parent[k] for k in TASK_FIELDS if k in parent}
+    try:
+        spec = parent["verifier"]
+        fixtures = [file_digest(path) for path in generator.fixtures(parent)] if generator is not None else []
+        if None in fixtures:
+            return None
+        payload = {
+            "format": VARIANTS_KEY_FORMAT,
+            "parent": parent,
+            "generator": [generator.name, generator.version] if generator is not None else None,
+            "per_seed": per_seed,
+            "random_seed": random_seed,
+            "verifiers": REGISTRY.get(spec["name"], spec.get("version")).versions(spec.get("params", {})),
+            "fixtures": fixtures,
+        }
+        return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+    except (KeyError, TypeError, ValueError, AttributeError):  # an unknown verifier, malformed params, non-JSON
+        return None
+
+
 def generate_variants(
     parents: Iterable[Mapping[str, Any]],
     *,
     per_seed: int,
     random_seed: int,
     generators: Mapping[str, Generator] | None = None,
+    cache: CacheStore | None = None,
 ) -> GenerationResult:
     """Run each parent's family generator; collect the variants and the rejects of all parents.
 
@@ -50,6 +104,10 @@ def generate_variants(
         per_seed: variants wanted per parent.
         random_seed: the run's seed.
         generators: family -> generator; `PROGRAMMATIC_GENERATORS` when None.
+        cache: outputs of earlier runs by `variants_key`: a parent whose key is stored is not generated again
+            (its stored variants and rejects are returned), and new outputs are stored and committed, except those
+            with a reject the generator calls transient (`Generator.transient_reject_codes`). `cache.hits` counts
+            the parents served from it.
 
     Returns:
         All variants and reject rows; a parent of a family without a generator adds a `no_generator` reject.
@@ -61,17 +119,37 @@ def generate_variants(
     """
     generators = PROGRAMMATIC_GENERATORS if generators is None else generators
     result = GenerationResult()
-    for parent in parents:
-        generator = generators.get(parent["family"])
-        if generator is None:
-            detail = f"no programmatic generator for family '{parent['family']}'"
-            result.rejects.append(reject_row(parent, None, "no_generator", detail, {}))
-            continue
-        if last_user_index(parent["prompt"]) is None:  # every generator rewrites the last user message
-            result.rejects.append(reject_row(parent, generator.name, "unsupported_seed", "no user message", {}))
-            continue
-        result.extend(generator.generate(parent, n=per_seed, random_seed=random_seed))
+    try:
+        for parent in parents:
+            generator = generators.get(parent["family"])
+            key = None
+            if cache is not None:
+                key = variants_key(parent, generator, per_seed=per_seed, random_seed=random_seed)
+                stored = cache.get(key) if key is not None else None
+                if stored is not None:
+                    result.extend(GenerationResult(stored["tasks"], stored["rejects"]))
+                    continue
+            out = _variants_of(parent, generator, per_seed=per_seed, random_seed=random_seed)
+            result.extend(out)
+            transient = generator.transient_reject_codes if generator is not None else frozenset()
+            if cache is not None and key is not None and not any(r["reason_code"] in transient for r in out.rejects):
+                cache.put(key, {"tasks": out.tasks, "rejects": out.rejects})
+    finally:  # a generator that raised keeps the outputs made before it
+        if cache is not None:
+            cache.commit()
     return result
+
+
+def _variants_of(
+    parent: Mapping[str, Any], generator: Generator | None, *, per_seed: int, random_seed: int
+) -> GenerationResult:
+    if generator is None:
+        detail = f"no programmatic generator for family '{parent['family']}'"
+        return GenerationResult(rejects=[reject_row(parent, None, "no_generator", detail, {})])
+    if last_user_index(parent["prompt"]) is None:  # every generator rewrites the last user message
+        reject = reject_row(parent, generator.name, "unsupported_seed", "no user message", {})
+        return GenerationResult(rejects=[reject])
+    return generator.generate(parent, n=per_seed, random_seed=random_seed)
 
 
 __all__ = [
@@ -82,4 +160,5 @@ __all__ = [
     "SqlLiteralSwap",
     "ToolCallResample",
     "generate_variants",
+    "variants_key",
 ]

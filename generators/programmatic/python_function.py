@@ -126,6 +126,8 @@ class PythonFunctionRespec(Generator):
     name: ClassVar[str] = "python_function_respec"
     version: ClassVar[int] = 1
     families: ClassVar[frozenset[str]] = frozenset({"python_function"})
+    # Both come from sandbox runs, which a loaded machine can cut short at their time limit.
+    transient_reject_codes: ClassVar[frozenset[str]] = frozenset({"oracle_failed", "reference_failed"})
 
     def __init__(self, context: VerifyContext | None = None, *, new_tests: int = NEW_TESTS):
         # Resolved at generate time, not here: a module-level instance must not read the environment on import.

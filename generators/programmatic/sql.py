@@ -136,10 +136,14 @@ class SqlLiteralSwap(Generator):
     name: ClassVar[str] = "sql_literal_swap"
     version: ClassVar[int] = 1
     families: ClassVar[frozenset[str]] = frozenset({"sql"})
+    transient_reject_codes: ClassVar[frozenset[str]] = frozenset({"sql_error"})  # includes a query's timeout
 
     def __init__(self, context: VerifyContext | None = None):
         # Resolved at generate time, not here: a module-level instance must not read the environment on import.
         self.context = context
+
+    def fixtures(self, parent: Mapping[str, Any]) -> list[Path]:
+        return [resolve_database(parent["verifier"]["params"]["database"], self.context or VerifyContext())]
 
     def generate(self, parent: Mapping[str, Any], *, n: int, random_seed: int) -> GenerationResult:
         """Up to `n` variants of a `sql_result` seed; see the module docstring for the method and reject codes.

@@ -52,6 +52,21 @@ def test_bad_variants_go_to_rejects_with_the_reason(settings, arithmetic_seeds):
     assert ("family_validity_floor", True, "passed") in summary.checks  # 4 of 5 valid = the 0.8 floor
 
 
+def test_a_second_materialization_takes_every_verdict_from_the_cache(settings, arithmetic_seeds):
+    good = [variant(s, "7", "#### 7") for s in arithmetic_seeds]
+    bad = variant(arithmetic_seeds[0], "8", "#### 9")  # rejected: rejects are verdicts too
+    plant(settings, arithmetic_seeds, [*good, bad])
+    first = materialize(settings, "validated_tasks")
+    second = materialize(settings, "validated_tasks")
+    assert first.success and second.success, (first.failures, second.failures)
+    metadata = [next(a for a in s.assets if a.key == "validated_tasks").metadata for s in (first, second)]
+    counts = [(m["variants_checked"], m["cache_hits"], m["cache_misses"]) for m in metadata]
+    assert counts == [(5, 0, 5), (5, 5, 0)]
+    assert metadata[1]["validation_seconds"] >= 0 and not metadata[1]["cache_rebuilt"]
+    assert read_table(settings.home / "task_rejects.parquet")["reason_code"].tolist() == ["reference_failed"]
+    assert (settings.home / "validation_cache" / "entries.jsonl").exists()
+
+
 def test_the_validity_floor_blocks_when_a_family_falls_below_it(settings, arithmetic_seeds):
     bad = [variant(s, "7", "#### 8") for s in arithmetic_seeds]  # every reference is wrong
     plant(settings, arithmetic_seeds, bad)

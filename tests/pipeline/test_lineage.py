@@ -1,13 +1,16 @@
-"""`seedwheel lineage`: task chains and checkpoint training sets, answered from stored tables."""
+"""`seedwheel lineage`: task chains, failures and checkpoint training sets, answered from stored data."""
 
-import json
+import itertools
 
 from click.testing import CliRunner
 
 from generators.base import derive_task
 from pipeline.cli import main
-from validators.export import export_split
+from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
+from validators.manifests import CheckpointManifest, write_manifest
 from validators.seeds import load_seeds
+from validators.split_ledger import SplitLedger
+from validators.splits import EVAL, TRAIN, SplitConfig, plan_splits
 from validators.tables import frame_from_records, write_table
 from validators.tasks import TASK_FIELDS, compute_task_id
 
@@ -47,11 +50,36 @@ def plant(settings) -> dict[str, dict]:
     write_table(frame_from_records(train, TASK_FIELDS), home / "train_tasks.parquet")
     write_table(frame_from_records(held_out, TASK_FIELDS), home / "eval_tasks.parquet")
     write_table(frame_from_records(held_out, TASK_FIELDS), home / "failure_eval.parquet")
-    run_dir = home / "training" / "grpo" / "abc123"
-    export_split(train, run_dir, "train")
-    job = {"model_path": "base-model", "output_dir": str(run_dir / "output"), "train_file": "", "grpo": {}}
-    (run_dir / "job.json").write_text(json.dumps(job))
+    state = plant_ledger(home, seed["task_id"], [*train, *held_out]).state
+    manifest = CheckpointManifest(
+        name="grpo-abc123",
+        stage="grpo",
+        checkpoint=str(home / "training/grpo/abc123/output/final"),
+        start_model="base-model",
+        base_model="base-model",
+        task_ids=sorted(t["task_id"] for t in train),
+        split_seq=state.seq,
+        split_epoch=state.epoch,
+        split_plan_id=state.plan_id,
+        run_id="run-1",
+        data_versions={"train_tasks": {"run_id": "run-0", "data_version": None}},
+    )
+    write_manifest(home / CHECKPOINTS_FOLDER, manifest, train)
     return tasks
+
+
+def plant_ledger(home, seed_root: str, tasks: list[dict]):
+    """A split ledger that holds the seed's lineage in train and the failure's in eval."""
+    config = config_giving(tasks, {seed_root: TRAIN, "f-001": EVAL})
+    return SplitLedger(home / SPLITS_FOLDER).assign(tasks, config, run_id="run-0")
+
+
+def config_giving(tasks: list[dict], sides: dict[str, str]) -> SplitConfig:
+    """A split config (its salt found by trying) whose hash alone puts the roots on these sides."""
+    for n in itertools.count():
+        config = SplitConfig(salt=f"lineage-{n}", min_eval_per_stratum=0, min_train_per_stratum=0)
+        if plan_splits(tasks, config).sides == sides:
+            return config
 
 
 def lineage(settings, ident: str):
@@ -64,19 +92,46 @@ def test_a_variant_traces_to_its_seed_its_split_and_the_checkpoint_trained_on_it
     assert result.exit_code == 0, result.output
     assert f"<- {tasks['seed']['task_id']}: seed" in result.output
     assert "split: train_tasks" in result.output
-    assert "training/grpo/abc123/output/final" in result.output
+    assert f"root {tasks['seed']['task_id']}: train (since split plan 1, epoch 0)" in result.output
+    assert "grpo-abc123 (" in result.output and "training/grpo/abc123/output/final" in result.output
+    assert f"split plan 1 (epoch 0), root {tasks['seed']['task_id']} was train" in result.output
 
 
 def test_a_failure_variant_is_held_out_and_guards_its_failure(settings):
     tasks = plant(settings)
     result = lineage(settings, tasks["failure_variant"]["task_id"])
     assert "production failure f-001" in result.output
-    assert "split: eval_tasks, failure_eval" in result.output and "trained on by: no checkpoint" in result.output
-    checkpoint = lineage(settings, "abc123").output  # by run hash; the path works too
+    assert "split: eval_tasks, failure_eval" in result.output and "trained on by:\n    no checkpoint" in result.output
+    checkpoint = lineage(settings, "abc123").output  # by digest; the manifest name and the path work too
     assert "trained on 2 tasks from 1 seeds and 0 production failures" in checkpoint
+    assert "split plan 1 in force (epoch 0" in checkpoint and "train_tasks (run run-0)" in checkpoint
     guards = sorted([tasks["failure"]["task_id"], tasks["failure_variant"]["task_id"]])
     assert f"failure f-001 (not trained on): guarded by eval items {', '.join(guards)}" in checkpoint
     assert lineage(settings, str(settings.home / "training/grpo/abc123/output/final")).output == checkpoint
+    assert lineage(settings, "grpo-abc123").output == checkpoint
+
+
+def test_a_failure_id_lists_its_tasks_their_sides_and_who_trained_on_them(settings):
+    tasks = plant(settings)
+    result = lineage(settings, "f-001")
+    assert result.exit_code == 0, result.output
+    assert "production failure f-001: 2 tasks" in result.output
+    assert f"{tasks['failure_variant']['task_id']}: root f-001, now in eval_tasks, failure_eval" in result.output
+    assert "checkpoints that trained on its tasks:\n    no checkpoint" in result.output
+
+
+def test_lineage_survives_a_resplit(settings):
+    tasks = plant(settings)
+    home = settings.home
+    ledger = SplitLedger(home / SPLITS_FOLDER)
+    everything = [tasks["seed"], tasks["variant"], tasks["failure"], tasks["failure_variant"]]
+    seed_root = tasks["seed"]["task_id"]
+    config = config_giving(everything, {seed_root: EVAL, "f-001": EVAL})
+    entry = ledger.resplit(everything, config, pinned=[], run_id="t", note="t")  # nothing pinned: it may move
+    assert entry.moved == {seed_root: (TRAIN, EVAL)}
+    output = lineage(settings, tasks["variant"]["task_id"]).output
+    assert f"root {seed_root}: eval (since split plan 2, epoch 1)" in output
+    assert f"split plan 1 (epoch 0), root {seed_root} was train" in output  # as it was when it trained
 
 
 def test_an_unknown_id_says_where_it_looked(settings):

@@ -1,8 +1,9 @@
 """Resources check their config before any work or LLM call, with the fix in the message."""
 
 import pytest
+from upath import UPath
 
-from pipeline.resources import CurationPolicy, VariantPlan
+from pipeline.resources import CurationPolicy, FailureInbox, VariantPlan
 
 FAMILIES = {"arithmetic", "sql"}
 
@@ -48,3 +49,23 @@ def test_the_lsh_storage_comes_from_a_redis_url(url, storage):
 def test_a_bad_redis_url_names_the_expected_form():
     with pytest.raises(ValueError, match="redis://host:6379/0"):
         CurationPolicy(lsh_redis_url="http://cache:6379").lsh_storage()
+
+
+def test_the_inbox_leaves_a_log_that_changed_since_it_was_read(tmp_path):
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    inbox = FailureInbox(path=str(tmp_path))
+    read = inbox.stamp("a.jsonl")
+    with open(tmp_path / "a.jsonl", "a") as handle:  # lines appended after the run read the file
+        handle.write("{}\n")
+    assert inbox.retire("a.jsonl", read, "run-1") is None  # left for the run its new stamp gets
+    assert (tmp_path / "a.jsonl").exists()
+    assert inbox.retire("a.jsonl", inbox.stamp("a.jsonl"), "run-2") == "deleted"
+    assert inbox.files() == []
+
+
+def test_the_inbox_moves_a_log_to_a_quarantine_on_another_file_system(tmp_path):
+    (tmp_path / "a.jsonl").write_text("raw\n")
+    inbox = FailureInbox(path=str(tmp_path), quarantine="memory://quarantine")
+    assert inbox.retire("a.jsonl", inbox.stamp("a.jsonl"), "run-1") == "moved to memory://quarantine/run-1/a.jsonl"
+    assert UPath("memory://quarantine/run-1/a.jsonl").read_text() == "raw\n"
+    assert not (tmp_path / "a.jsonl").exists()

@@ -51,3 +51,30 @@ def test_a_retrain_growth_that_is_no_fraction_above_zero_is_refused(value):
         ValueError, match=rf"SEEDWHEEL_RETRAIN_GROWTH='{value}' must be a fraction above 0, e\.g\. 0\.2"
     ):
         Settings.from_env({"SEEDWHEEL_RETRAIN_GROWTH": value})
+
+
+@pytest.mark.parametrize(
+    ("quarantine", "variable"),
+    [
+        ("home/raw", "SEEDWHEEL_HOME"),
+        ("home", "SEEDWHEEL_HOME"),
+        ("home-dagster/raw", "DAGSTER_HOME"),
+        ("home-inbox/done", "SEEDWHEEL_FAILURE_INBOX"),
+        ("models/raw", "SEEDWHEEL_MODELS_DIR"),
+        ("seeds/raw", "SEEDWHEEL_SEEDS"),  # under version control
+    ],
+)
+def test_a_quarantine_inside_a_folder_the_project_keeps_is_refused(tmp_path, quarantine, variable):
+    environ = {
+        "SEEDWHEEL_FAILURE_QUARANTINE": str(tmp_path / quarantine),
+        "SEEDWHEEL_MODELS_DIR": str(tmp_path / "models"),
+    }
+    with pytest.raises(ValueError, match=rf"SEEDWHEEL_FAILURE_QUARANTINE=.* is inside {variable} .*leave it empty"):
+        Settings.from_env(environ, home=tmp_path / "home", seeds_dir=tmp_path / "seeds")
+
+
+def test_the_quarantine_is_empty_by_default_and_round_trips(tmp_path):
+    assert Settings.from_env({}).failure_quarantine == ""  # raw logs are deleted once redacted
+    settings = Settings.from_env({"SEEDWHEEL_FAILURE_QUARANTINE": str(tmp_path / "q" / "..") + "/raw"}, home="/x")
+    assert settings.failure_quarantine == str(tmp_path / "raw")
+    assert Settings.from_env(settings.environ()) == settings

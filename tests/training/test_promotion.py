@@ -103,6 +103,23 @@ def fixed_comparison(sql_difference: Estimate, sql_tasks: int = 30) -> Compariso
 
 
 @pytest.mark.parametrize(
+    ("epochs", "promote"),
+    [
+        # Both trained under the same split: compared as usual (this comparison promotes).
+        ({"baseline": 0, "candidate": 0}, True),
+        # The base model has no manifest, so no epoch: always comparable.
+        ({"baseline": None, "candidate": 1}, True),
+        # A re-split lies between them: refused, however good the numbers.
+        ({"baseline": 0, "candidate": 1}, False),
+    ],
+)
+def test_the_gate_refuses_to_compare_across_a_resplit(epochs, promote) -> None:
+    decision = decide(fixed_comparison(Estimate(0.1, 0.02, 0.2)), PromotionPolicy(), split_epochs=epochs)
+    assert decision.promote is promote
+    assert any("re-split lies between them" in reason for reason in decision.reasons) is not promote
+
+
+@pytest.mark.parametrize(
     ("sql_difference", "policy", "promote", "family_reason"),
     [
         # The brief's example: mean -0.20 is beyond the 0.05 tolerance, so the default (mean) rule blocks.

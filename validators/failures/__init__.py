@@ -55,8 +55,9 @@ The native fields above may sit beside either shape at the top level (an `expect
 lists, absent optionals as null), plus `origin` (`<log name>:<line>`) and `format`. `redact` adds
 `redaction` (counts by kind), which `failure_task` requires. Rejected lines become `FailureReject(source, line,
 reason_code, reason, raw)`: `reason` says what is wrong, where (a JSON pointer) and how to fix it; `raw` is a
-redacted preview. Codes: `invalid_json`, `not_utf8`, `line_too_long`, `too_deep`, `invalid_text`,
-`not_an_object`, `no_conversation`, `wrong_type`, `bad_value`, `unknown_field`.
+preview of the line; both are redacted (the whole line, then cut to the preview). Codes: `invalid_json`,
+`not_utf8`, `line_too_long`, `too_deep`, `invalid_text`, `not_an_object`, `no_conversation`, `wrong_type`,
+`bad_value`, `unknown_field`.
 
 ## Redaction and names
 

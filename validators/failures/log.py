@@ -101,7 +101,8 @@ class ParseLimits:
 class FailureReject:
     """A log line that could not become a failure record: where, why (a code and a sentence with the fix).
 
-    `raw` is the start of the line after redaction (never the unredacted text).
+    `raw` is the start of the line after redaction and `reason` is redacted too (it quotes keys and short
+    values): neither holds unredacted text.
     """
 
     source: str
@@ -254,8 +255,15 @@ def _decode(line: bytes) -> str:
 def _reject(
     source: str, line: int, exc: _LineError, raw: str, limits: ParseLimits, redaction: RedactionConfig
 ) -> FailureReject:
-    preview = redact_text(raw[: limits.raw_preview_chars], redaction)[0]
-    return FailureReject(source=source, line=line, reason_code=exc.code, reason=str(exc), raw=preview)
+    # Redact the whole line, then cut: a cut first could leave half a secret (`ann.lee@exam`) that no rule finds.
+    preview = redact_text(raw, redaction)[0][: limits.raw_preview_chars]
+    reason = redact_text(str(exc), redaction)[0]  # a reason quotes the line's keys and short values
+    return FailureReject(source=source, line=line, reason_code=exc.code, reason=reason, raw=preview)
+
+
+def _shown(text: str) -> str:
+    """A value quoted in a reason, whole or not at all (a cut value could keep half a secret past redaction)."""
+    return text if len(text) <= 40 else f"<{len(text):,} characters>"
 
 
 def _reject_constant(name: str) -> Any:
@@ -442,7 +450,7 @@ def _message(value: Any, pointer: str) -> dict[str, Any]:
         raise _LineError(
             "bad_value",
             f"{pointer}/role",
-            f"role must be one of {', '.join(MESSAGE_ROLES)}, got {json.dumps(role)[:40]}",
+            f"role must be one of {', '.join(MESSAGE_ROLES)}, got {_shown(json.dumps(role))}",
             "use an OpenAI chat role",
         )
     message: dict[str, Any] = {"role": role, "content": _content(value.get("content"), f"{pointer}/content")}
@@ -574,7 +582,7 @@ def _timestamp(value: Any, pointer: str) -> str:
     try:
         datetime.fromisoformat(value)
     except ValueError:
-        raise _LineError("bad_value", pointer, f"timestamp {value[:40]!r} is not ISO 8601", fix) from None
+        raise _LineError("bad_value", pointer, f"timestamp {_shown(repr(value))} is not ISO 8601", fix) from None
     return value
 
 
@@ -585,7 +593,7 @@ def _family(value: Any) -> str | None:
     _expect(value, str, "/family", "family must be a string", fix)
     family = re.sub(r"[\s-]+", "_", value.strip().lower())
     if not _FAMILY.match(family):
-        raise _LineError("bad_value", "/family", f"family {value[:40]!r} is not a family name", fix)
+        raise _LineError("bad_value", "/family", f"family {_shown(repr(value))} is not a family name", fix)
     return family
 
 

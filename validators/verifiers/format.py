@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from validators.extract import extract_json
@@ -135,6 +136,14 @@ def _tagged(verdict: Verdict, component: str) -> Verdict:
     return Verdict.fail(verdict.code, f"{detail} [{component}]" if detail else f"[{component}]", score=verdict.score)
 
 
+def _components(params: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], Verifier]]:
+    """Each component's params with its registered verifier."""
+    return [
+        (component.get("params", {}), REGISTRY.get(component["name"], component.get("version")))
+        for component in params["components"]
+    ]
+
+
 @register
 class Weighted(Verifier):
     """A weighted mean of registered verifiers, e.g. correctness 0.9 + format 0.1.
@@ -180,6 +189,12 @@ class Weighted(Verifier):
                 continue
             problems.extend(_nested(p, i) for p in verifier.params_problems(component.get("params", {}), context))
         return problems
+
+    def versions(self, params: Mapping[str, Any]) -> list[tuple[str, int]]:
+        return [(self.name, self.version), *(v for c, verifier in _components(params) for v in verifier.versions(c))]
+
+    def fixtures(self, params: Mapping[str, Any], context: VerifyContext) -> list[Path]:
+        return [path for c, verifier in _components(params) for path in verifier.fixtures(c, context)]
 
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
         total_weight = 0.0

@@ -650,6 +650,9 @@ class SqlResult(Verifier):
             return [f"{exc} (/verifier/params/{pointer})"]
         return []
 
+    def fixtures(self, params: Mapping[str, Any], context: VerifyContext) -> list[Path]:
+        return [resolve_database(params["database"], context)]
+
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
         """Judge one completion; a missing database or broken gold query raises `SqlTaskError` (a task bug)."""
         query = extract_code(completion.text, SQL_FENCES)

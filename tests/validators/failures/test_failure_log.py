@@ -209,6 +209,31 @@ def test_reject_preview_is_redacted_and_capped():
     assert len(reject.raw) <= 100
 
 
+def test_reject_preview_is_redacted_before_it_is_cut():
+    # The e-mail straddles the 100th character: cut first, its start would be kept and match no rule.
+    bad = "{not json " + "x" * 84 + " ann.lee@example.com"
+    (reject,) = parse_failure_log([bad], "log.jsonl", limits=ParseLimits(raw_preview_chars=100)).rejects
+    assert reject.raw == bad[:95] + "[EMAI"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # A short value is quoted, redacted.
+        (line(messages=[{"role": "ann.lee@example.com", "content": "x"}]), 'got "[EMAIL]"'),
+        (line(messages=[USER], timestamp="+1 202 555 0143"), "timestamp '[PHONE]' is not"),
+        # A long one is not quoted at all: cut, it could keep half a secret.
+        (line(messages=[USER], family="x" * 30 + " ann.lee@example.com"), "family <52 characters> is not"),
+        # Keys are quoted in pointers.
+        (line(messages=[USER], source={"ann.lee@example.com": [1]}), "/source/[EMAIL]"),
+    ],
+)
+def test_reject_reason_quotes_no_unredacted_value(text, shown):
+    (reject,) = parse_failure_log([text], "log.jsonl").rejects
+    assert shown in reject.reason
+    assert "ann.lee" not in reject.reason and "555 0143" not in reject.reason
+
+
 def test_file_with_bad_bytes_huge_line_bom_and_blank_lines(tmp_path):
     good = line(messages=[USER], output="41").encode()
     huge = b'{"messages": [{"role": "user", "content": "' + b"x" * 5000 + b'"}]}'

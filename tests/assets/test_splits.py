@@ -1,0 +1,79 @@
+"""The split assets across nights: sides stick, checkpoints' training sets stay out of eval, the index rule."""
+
+from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
+from pipeline.runs import materialize
+from tests.assets.test_curation import judged
+from validators.curate import dedup_key
+from validators.dedup import DedupIndex, MinHashConfig
+from validators.manifests import CheckpointManifest, write_manifest
+from validators.split_ledger import SplitLedger
+from validators.splits import EVAL, task_roots
+from validators.tables import frame_from_records, read_table, write_table
+
+SPLIT = "train_tasks"
+ACCEPTED_ONLY = {"judge": {"use_labels": "accepted"}}
+
+
+def split(settings, tasks: list[dict], resources=None):
+    write_table(frame_from_records(tasks), settings.home / "judged_tasks.parquet")
+    summary = materialize(settings, SPLIT, resources=resources)
+    assert summary.success, summary.failures
+    return summary
+
+
+def sides_now(settings) -> dict[str, str]:
+    sides = {}
+    for name in ("train", "eval"):
+        table = read_table(settings.home / f"{name}_tasks.parquet")
+        sides.update(dict.fromkeys(task_roots(table), name))
+    return sides
+
+
+def test_roots_keep_their_side_as_nights_add_roots(settings, seed_records):
+    half = len(seed_records) // 2
+    first = split(settings, judged(seed_records[:half]))
+    before = sides_now(settings)
+    second = split(settings, judged(seed_records))
+    after = sides_now(settings)
+    assert {root: after[root] for root in before} == before
+    numbers = [next(a for a in s.assets if a.key == SPLIT).metadata for s in (first, second)]
+    assert [n["split_plan"] for n in numbers] == [1, 2]
+    assert numbers[1]["new_roots"] == len(after) - len(before) > 0
+    assert SplitLedger(settings.home / SPLITS_FOLDER).state().sides == after
+
+
+def test_an_eval_task_a_checkpoint_trained_on_blocks_training(settings, seed_records):
+    split(settings, judged(seed_records))
+    eval_tasks = read_table(settings.home / "eval_tasks.parquet").to_dict(orient="records")
+    leaked = eval_tasks[0]
+    # A checkpoint that trained on it (say, before the ledger was restored from an old backup).
+    manifest = CheckpointManifest(
+        name="grpo-0123",
+        stage="grpo",
+        checkpoint="/models/old",
+        start_model="base",
+        base_model="base",
+        task_ids=[leaked["task_id"]],
+        split_seq=1,
+        split_epoch=0,
+        split_plan_id="x",
+        run_id="old-run",
+    )
+    write_manifest(settings.home / CHECKPOINTS_FOLDER, manifest, [leaked])
+    summary = materialize(settings, SPLIT)
+    assert ("no_eval_contamination", False, "ERROR") in summary.checks
+    numbers = summary.check_metadata["no_eval_contamination"]
+    assert numbers["checkpoint_leaks"] >= 1 and "grpo-0123" in numbers["offenders"]
+
+
+def test_the_dedup_index_learns_only_what_the_splits_keep(settings, seed_records):
+    tasks = judged(seed_records)
+    rejected = tasks[0] | {"judge_verdict": "reject"}
+    split(settings, [rejected, *tasks[1:]], resources=ACCEPTED_ONLY)
+    config = MinHashConfig()
+    index = DedupIndex.open(settings.home / "dedup_index" / config.name, config)
+    indexed = set(index.keys)
+    assert dedup_key(rejected) not in indexed  # a judge-rejected task never marks a later near-copy
+    assert {dedup_key(t) for t in tasks[1:]} <= indexed
+    assert len(index) == len(tasks) - 1
+    assert EVAL in sides_now(settings).values()
