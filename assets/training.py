@@ -319,7 +319,8 @@ def grpo_checkpoint(
             "verifier_versions": dg.MetadataValue.json(reported["verifier_versions"]),
             "resumed_from": reported["resumed_from"],
             "train_seconds": dg.MetadataValue.float(float(reported["train_seconds"])),
-            "train_tasks_run_id": manifest.loc[0, "data_versions"]["train_tasks"]["run_id"],
+            # None when train_tasks was never materialized here (written by hand, as tests do).
+            "train_tasks_run_id": (manifest.loc[0, "data_versions"].get("train_tasks") or {}).get("run_id"),
             "manifest": dg.MetadataValue.path(str(manifest.loc[0, "manifest"])),
             "split_plan": int(manifest.loc[0, "split_seq"]),
             "split_epoch": int(manifest.loc[0, "split_epoch"]),
