@@ -46,12 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from generators.programmatic import (  # noqa: E402
-    ArithmeticResample,
-    JsonExtractionResample,
-    PythonFunctionRespec,
-    SqlLiteralSwap,
-    ToolCallResample,
     generate_variants,
+    programmatic_generators,
 )
 from validators.cache_store import ENTRIES, CacheStore  # noqa: E402
 from validators.curate import dedup_tasks, index_tasks  # noqa: E402
@@ -119,7 +115,9 @@ def corpus(seeds_dir: Path, rounds: int, gsm8k: int) -> list[dict[str, Any]]:
     bundled = [seeds[t["task_id"]] for t in loaded.tasks if "gsm8k_bench" not in t["origin"]]
     derived = []
     for round_seed in range(1, rounds + 1):
-        made = generate_variants(bundled, per_seed=3, random_seed=round_seed, generators=generators(context))
+        made = generate_variants(
+            bundled, per_seed=3, random_seed=round_seed, generators=programmatic_generators(context)
+        )
         derived += [as_seed(t) for t in made.tasks if t["task_id"] not in seeds]
     derived = list({t["task_id"]: t for t in derived}.values())
     valid = [t for t, problems in zip(derived, check_tasks(derived, context), strict=True) if not problems]
@@ -128,23 +126,17 @@ def corpus(seeds_dir: Path, rounds: int, gsm8k: int) -> list[dict[str, Any]]:
     return tasks
 
 
-def generators(context: VerifyContext) -> dict[str, Any]:
-    return {
-        "arithmetic": ArithmeticResample(),
-        "json_extraction": JsonExtractionResample(),
-        "sql": SqlLiteralSwap(context),
-        "python_function": PythonFunctionRespec(context),
-        "tool_call": ToolCallResample(),
-    }
-
-
 def night(seeds: list[dict[str, Any]], root: Path, context: VerifyContext, per_seed: int) -> dict[str, Any]:
     """One night's generation, validation and dedup against the caches under `root`."""
     config = MinHashConfig()
     generation_cache = CacheStore.open(root / "generation_cache")
     result, generation = measure(
         lambda: generate_variants(
-            seeds, per_seed=per_seed, random_seed=0, generators=generators(context), cache=generation_cache
+            seeds,
+            per_seed=per_seed,
+            random_seed=0,
+            generators=programmatic_generators(context),
+            cache=generation_cache,
         )
     )
     validation_cache = CacheStore.open(root / "validation_cache")

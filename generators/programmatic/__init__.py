@@ -25,16 +25,22 @@ from generators.programmatic.python_function import PythonFunctionRespec
 from generators.programmatic.sql import SqlLiteralSwap
 from generators.programmatic.tool_call import ToolCallResample
 from validators.cache_store import CacheStore, file_digest
-from validators.registry import REGISTRY
+from validators.registry import REGISTRY, VerifyContext
 from validators.tasks import TASK_FIELDS, canonical_json
 
-PROGRAMMATIC_GENERATORS: dict[str, Generator] = {
-    "arithmetic": ArithmeticResample(),
-    "json_extraction": JsonExtractionResample(),
-    "sql": SqlLiteralSwap(),
-    "python_function": PythonFunctionRespec(),
-    "tool_call": ToolCallResample(),
-}
+
+def programmatic_generators(context: VerifyContext | None = None) -> dict[str, Generator]:
+    """One generator per family; `context` says where the SQL and Python generators find their fixtures."""
+    return {
+        "arithmetic": ArithmeticResample(),
+        "json_extraction": JsonExtractionResample(),
+        "sql": SqlLiteralSwap(context),
+        "python_function": PythonFunctionRespec(context),
+        "tool_call": ToolCallResample(),
+    }
+
+
+PROGRAMMATIC_GENERATORS: dict[str, Generator] = programmatic_generators()
 
 
 VARIANTS_KEY_FORMAT = 1  # bump when what a generator's output depends on changes without a version bump

@@ -13,12 +13,8 @@ import pytest
 
 from generators.base import GenerationResult, Generator
 from generators.programmatic import (
-    ArithmeticResample,
-    JsonExtractionResample,
-    PythonFunctionRespec,
-    SqlLiteralSwap,
-    ToolCallResample,
     generate_variants,
+    programmatic_generators,
 )
 from tests.paths import SEEDS
 from validators.cache_store import CacheStore
@@ -35,14 +31,7 @@ def seeds_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def generators(seeds_dir: Path) -> dict[str, Generator]:
-    context = VerifyContext(seeds_dir=seeds_dir)
-    return {
-        "arithmetic": ArithmeticResample(),
-        "json_extraction": JsonExtractionResample(),
-        "sql": SqlLiteralSwap(context),
-        "python_function": PythonFunctionRespec(context),
-        "tool_call": ToolCallResample(),
-    }
+    return programmatic_generators(VerifyContext(seeds_dir=seeds_dir))
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from generators.programmatic import (
     SqlLiteralSwap,
     ToolCallResample,
     generate_variants,
+    programmatic_generators,
 )
 from generators.programmatic.arithmetic import ReplayError, analyse, evaluate, render
 from tests.paths import SEEDS
@@ -32,13 +33,7 @@ N = 3
 
 
 def _generators() -> dict[str, Generator]:
-    return {
-        "arithmetic": ArithmeticResample(),
-        "json_extraction": JsonExtractionResample(),
-        "sql": SqlLiteralSwap(CONTEXT),
-        "python_function": PythonFunctionRespec(CONTEXT),
-        "tool_call": ToolCallResample(),
-    }
+    return programmatic_generators(CONTEXT)
 
 
 @pytest.fixture(scope="module")
