@@ -7,10 +7,10 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
+from curation.curate import dedup_tasks
+from curation.dedup import DedupIndex
 from pipeline.resources import VALIDATION_CACHE_FOLDER, CurationPolicy, SeedRepository, StorageRoot
 from validators.cache_store import CacheStore
-from validators.curate import dedup_tasks
-from validators.dedup import DedupIndex
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, check_tasks
 

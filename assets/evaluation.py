@@ -11,11 +11,11 @@ import pandas as pd
 from assets import groups
 from assets.metadata import markdown_table, preview
 from assets.plots import bar_chart
+from curation.manifests import find_manifest
+from curation.splits import first_per_family
 from pipeline.resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository, StorageRoot
 from training.evaluation import Comparison, EvalReport, compare, evaluate, sample_and_score
 from training.promotion import decide
-from validators.manifests import find_manifest
-from validators.splits import first_per_family
 from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 

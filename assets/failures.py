@@ -15,8 +15,8 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, preview
+from failures import RECORD_FIELDS, failure_task, process_failure_log
 from pipeline.resources import FailureInbox, SeedRepository
-from validators.failures import RECORD_FIELDS, failure_task, process_failure_log
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 

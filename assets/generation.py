@@ -7,12 +7,12 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, preview, progress_logger, task_preview
+from curation.splits import first_per_family
 from generators.base import GenerationResult
 from generators.programmatic import generate_variants
 from generators.rewrite import rewrite_tasks
 from pipeline.resources import GENERATION_CACHE_FOLDER, LLMEndpoint, StorageRoot, VariantPlan
 from validators.cache_store import CacheStore
-from validators.splits import first_per_family
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 

@@ -9,8 +9,8 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, progress_logger
 from assets.plots import bar_chart
-from pipeline.resources import JudgePolicy, LLMEndpoint, SeedRepository
-from validators.judge import (
+from curation.splits import first_per_family
+from judge import (
     DEFAULT_RUBRIC,
     LABEL_PARAMS,
     AuditItem,
@@ -28,16 +28,16 @@ from validators.judge import (
     score_counts,
     self_consistency,
 )
-from validators.judge import check as check_calibration
-from validators.judge.rubric import SCORES
-from validators.splits import first_per_family
+from judge import check as check_calibration
+from judge.rubric import SCORES
+from pipeline.resources import JudgePolicy, LLMEndpoint, SeedRepository
 from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
 JUDGE_COLUMNS = ("judge_verdict", "judge_scores", "judge_failed", "judge_error", "judge_rationale")
 WORST_ROWS = 10
 CALIBRATION_NUMBERS = ("accuracy", "kappa", "false_accept_rate", "false_reject_rate")
-# Under the LLM cache folder: which judge setup the cached labels came from (validators.judge.history).
+# Under the LLM cache folder: which judge setup the cached labels came from (judge.history).
 HISTORY_DIR = "judge_history"
 
 

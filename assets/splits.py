@@ -5,13 +5,13 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, task_preview
+from curation.curate import index_tasks, task_text
+from curation.dedup import DedupIndex, near_duplicate_pairs
+from curation.manifests import checkpoint_leaks, trained_tasks
+from curation.split_ledger import SplitLedger
+from curation.splits import lineage_leaks
 from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
-from validators.curate import index_tasks, task_text
-from validators.dedup import DedupIndex, near_duplicate_pairs
 from validators.export import export_split
-from validators.manifests import checkpoint_leaks, trained_tasks
-from validators.split_ledger import SplitLedger
-from validators.splits import lineage_leaks
 from validators.tables import records_from_frame
 
 

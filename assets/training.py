@@ -2,7 +2,7 @@
 
 Each trained checkpoint stores its manifest for good under `<root>/checkpoints/` (which model, trained from
 what, on which tasks after every filter, under which split plan, by which run, with which config and verifier
-versions; `validators.manifests`), and the checkpoint asset's one row repeats it, so lineage questions are
+versions; `curation.manifests`), and the checkpoint asset's one row repeats it, so lineage questions are
 answered from stored data, not from logs. Training
 directories are named by a hash of their inputs: a rerun after a kill finds the same directory and resumes
 from its last complete checkpoint.
@@ -23,6 +23,9 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview
 from assets.plots import bar_chart, line_chart
+from curation.manifests import CheckpointManifest, write_manifest
+from curation.split_ledger import SplitLedger
+from curation.splits import first_per_family
 from llm import tether
 from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, SeedRepository, StorageRoot, TrainingPolicy
 from training.evaluation import sample_and_score
@@ -31,10 +34,7 @@ from training.grpo_job import METRICS_MESSAGE_KIND
 from training.preferences import DEFAULT_MAX_PAIRS_PER_TASK, PAIR_COLUMNS, build_preference_pairs, export_pairs
 from training.reward_audit import audit_reward, load_labelled
 from validators.export import export_split
-from validators.manifests import CheckpointManifest, write_manifest
 from validators.rewards import build_reward_funcs
-from validators.split_ledger import SplitLedger
-from validators.splits import first_per_family
 from validators.tables import atomic_write, frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
 
@@ -434,7 +434,7 @@ def _record_checkpoint(
     config: dict[str, Any],
     verifier_versions: dict[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """Store a trained checkpoint's manifest for good (`validators.manifests`); returns it as the asset's row.
+    """Store a trained checkpoint's manifest for good (`curation.manifests`); returns it as the asset's row.
 
     The manifest names the split plan in force (the ledger's latest: the one `train_tasks` was made under) and
     the run of each input it read, so lineage questions stay answerable after the tables are replaced.

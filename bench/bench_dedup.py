@@ -39,10 +39,10 @@ sys.path.insert(0, str(REPO))
 
 from datasketch import MinHash, MinHashLSH  # noqa: E402
 
-from validators.dedup import DedupIndex, MinHashConfig, as_lean_minhash, compute_signatures  # noqa: E402
-from validators.dedup.labels import label_arrays  # noqa: E402
-from validators.dedup.lsh import band_keys, candidate_pairs  # noqa: E402
-from validators.dedup.minhash import normalize_text  # noqa: E402
+from curation.dedup import DedupIndex, MinHashConfig, as_lean_minhash, compute_signatures  # noqa: E402
+from curation.dedup.labels import label_arrays  # noqa: E402
+from curation.dedup.lsh import band_keys, candidate_pairs  # noqa: E402
+from curation.dedup.minhash import normalize_text  # noqa: E402
 
 GSM8K_TRAIN = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 CONFIG = MinHashConfig(shingle_size=3, num_perm=128, threshold=0.5, bands=32, rows=4, seed=1)

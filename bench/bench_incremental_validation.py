@@ -14,7 +14,7 @@ root shared by both nights:
 1. generation: `generate_variants(per_seed)` with the generation cache (`<root>/generation_cache/`);
 2. validation: `check_tasks` on the variants with the validation cache (`<root>/validation_cache/`): the schema,
    the id, the params, the reference passing and a wrong answer failing (two sandbox runs per python task);
-3. dedup: `validators.curate.dedup_tasks` on seeds + valid variants against the persisted `DedupIndex`, then
+3. dedup: `curation.curate.dedup_tasks` on seeds + valid variants against the persisted `DedupIndex`, then
    the kept tasks indexed (`index_tasks`, as `split_tasks` does in the pipeline).
 
 Each stage's wall time (`time.perf_counter`), this process's CPU time (`time.process_time`) and the CPU time of
@@ -45,13 +45,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from curation.curate import dedup_tasks, index_tasks  # noqa: E402
+from curation.dedup import DedupIndex, MinHashConfig  # noqa: E402
 from generators.programmatic import (  # noqa: E402
     generate_variants,
     programmatic_generators,
 )
 from validators.cache_store import ENTRIES, CacheStore  # noqa: E402
-from validators.curate import dedup_tasks, index_tasks  # noqa: E402
-from validators.dedup import DedupIndex, MinHashConfig  # noqa: E402
 from validators.registry import VerifyContext  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
 from validators.tasks import check_tasks  # noqa: E402

@@ -42,10 +42,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from judge import DEFAULT_RUBRIC, JudgePrompt, judge_tasks  # noqa: E402
 from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
 from llm.cache import cache_keys, payload_key, request_payload  # noqa: E402
 from tests.fake_server import fake_server_process  # noqa: E402
-from validators.judge import DEFAULT_RUBRIC, JudgePrompt, judge_tasks  # noqa: E402
 from validators.tasks import canonical_json  # noqa: E402
 
 SPEEDUP_TARGET = {64: 40.0}

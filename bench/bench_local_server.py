@@ -34,10 +34,10 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from judge.prompt import judge_messages  # noqa: E402
+from judge.rubric import DEFAULT_RUBRIC  # noqa: E402
 from llm.generation import PREFILL_PADDING, PREFIX_CACHE_ENTRIES, Engine, GenerationRequest  # noqa: E402
 from llm.models import bundled_model  # noqa: E402
-from validators.judge.prompt import judge_messages  # noqa: E402
-from validators.judge.rubric import DEFAULT_RUBRIC  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
 
 JUDGE_BATCH = 8

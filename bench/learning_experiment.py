@@ -44,11 +44,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from curation.splits import SplitConfig, lineage_leaks, plan_splits  # noqa: E402
 from generators.base import derive_task  # noqa: E402
 from generators.programmatic import generate_variants  # noqa: E402
 from training.evaluation import Comparison, EvalReport, SampledVerdicts, compare, evaluate, sample_and_score  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
-from validators.splits import SplitConfig, lineage_leaks, plan_splits  # noqa: E402
 from validators.tasks import check_tasks, compute_task_id  # noqa: E402
 
 FAMILY = "arithmetic"

@@ -25,8 +25,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from validators.dedup.lsh import band_keys, candidate_pairs, verify  # noqa: E402
-from validators.dedup.minhash import MinHashConfig, compute_signatures, normalize_text  # noqa: E402
+from curation.dedup.lsh import band_keys, candidate_pairs, verify  # noqa: E402
+from curation.dedup.minhash import MinHashConfig, compute_signatures, normalize_text  # noqa: E402
 
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
 RECALL_TARGET = 0.99

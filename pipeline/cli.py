@@ -132,7 +132,7 @@ def dedup(input_path: Path, text_field: str, threshold: float | None, output: Pa
     Every input row is written, in input order, with `is_duplicate`, `cluster_id` and `duplicate_of` (the
     0-based input line of the kept row, or null).
     """
-    from validators.dedup import DedupConfigError, DedupInputError, MinHashConfig, dedup_jsonl
+    from curation.dedup import DedupConfigError, DedupInputError, MinHashConfig, dedup_jsonl
 
     output = output or input_path.with_suffix(".dedup.jsonl")
     try:
@@ -181,12 +181,12 @@ def judge(
     Prints verdicts, the accept rate, score counts per criterion, the worst-scored tasks with the judge's
     rationale, and the calls made versus answered from the cache.
     """
+    from judge import DEFAULT_RUBRIC, LABEL_PARAMS, JudgeInputError, format_summary, judge_tasks
     from llm import CallBudgetExceeded, EndpointRejected, EndpointUnavailable, MissingAPIKey
     from llm.serving import MissingServingDependencyError, ModelServerError
     from pipeline.definitions import build_definitions  # Dagster loads slowly; keep `seedwheel --help` fast
     from training.tiny_model import TinyModelError
     from validators.audit import AuditInputError, load_tasks
-    from validators.judge import DEFAULT_RUBRIC, LABEL_PARAMS, JudgeInputError, format_summary, judge_tasks
     from validators.registry import VerifyContext
     from validators.tables import frame_from_records, write_jsonl, write_table
 
@@ -276,8 +276,8 @@ def splits() -> None:
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
 def splits_show(home: Path | None) -> None:
     """The split in force and every plan that made it."""
+    from curation.split_ledger import SplitLedger
     from pipeline.resources import SPLITS_FOLDER
-    from validators.split_ledger import SplitLedger
 
     ledger = SplitLedger(Settings.from_env(home=home).home / SPLITS_FOLDER)
     state = ledger.state()
@@ -310,9 +310,9 @@ def splits_resplit(salt: str, note: str, yes: bool, home: Path | None) -> None:
 
     import pandas as pd
 
+    from curation.manifests import trained_tasks
+    from curation.split_ledger import SplitLedger
     from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, CurationPolicy
-    from validators.manifests import trained_tasks
-    from validators.split_ledger import SplitLedger
     from validators.tables import read_table
 
     settings = Settings.from_env(home=home)

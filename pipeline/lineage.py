@@ -9,8 +9,8 @@
   by family and by source, the seeds and production failures behind it, the split plan and run it came from,
   and which eval items guard each failure.
 
-Checkpoints are read from their manifests (`<root>/checkpoints/*/`, `validators.manifests`), sides from the split
-ledger (`<root>/splits/`, `validators.split_ledger`); both are kept for good, so an old checkpoint stays
+Checkpoints are read from their manifests (`<root>/checkpoints/*/`, `curation.manifests`), sides from the split
+ledger (`<root>/splits/`, `curation.split_ledger`); both are kept for good, so an old checkpoint stays
 answerable after newer runs replace the asset tables, and after a re-split. Task chains come from the current
 task tables (`seed_tasks`, `failure_tasks`, `task_variants`, the splits).
 """
@@ -24,10 +24,10 @@ from typing import Any
 
 import pandas as pd
 
+from curation.manifests import TASKS, CheckpointManifest, load_manifests
+from curation.split_ledger import SplitLedger
+from curation.splits import task_roots
 from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
-from validators.manifests import TASKS, CheckpointManifest, load_manifests
-from validators.split_ledger import SplitLedger
-from validators.splits import task_roots
 from validators.tables import read_table
 
 TASK_TABLES = ("seed_tasks", "failure_tasks", "task_variants")

@@ -14,7 +14,10 @@ import pandas as pd
 from pydantic import Field, PrivateAttr
 from upath import UPath
 
+from curation.dedup import MinHashConfig
+from curation.splits import SplitConfig
 from generators.rewrite import REWRITE_KINDS
+from judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
 from llm.models import bundled_model, bundled_model_dir
 from llm.serving import Backend, ModelServer
@@ -22,16 +25,13 @@ from pipeline.storage import is_local
 from training.promotion import PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
 from validators.cache_store import CacheStore
-from validators.dedup import MinHashConfig
-from validators.judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
-from validators.splits import SplitConfig
 from validators.tasks import TASK_FIELDS
 
 # Side state kept under the storage root, beside the asset tables, for as long as the root lives.
-SPLITS_FOLDER = "splits"  # the split ledger: every lineage root's side, append-only (validators.split_ledger)
-CHECKPOINTS_FOLDER = "checkpoints"  # one manifest per trained checkpoint (validators.manifests)
+SPLITS_FOLDER = "splits"  # the split ledger: every lineage root's side, append-only (curation.split_ledger)
+CHECKPOINTS_FOLDER = "checkpoints"  # one manifest per trained checkpoint (curation.manifests)
 VALIDATION_CACHE_FOLDER = "validation_cache"  # verdicts by content (validators.tasks.verdict_key)
 GENERATION_CACHE_FOLDER = "generation_cache"  # programmatic outputs per parent (generators.programmatic.variants_key)
 

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field, replace
 import pytest
 import yaml
 
+from curation.manifests import load_manifests
+from curation.split_ledger import SplitLedger
+from curation.splits import task_roots
 from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from pipeline.runs import RunSummary, materialize
 from tests.assets.test_failures import assert_no_planted_value_kept, ingest, planted_log
 from tests.paths import SEEDS
-from validators.manifests import load_manifests
 from validators.registry import REGISTRY
-from validators.split_ledger import SplitLedger
-from validators.splits import task_roots
 from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
 from validators.verifiers.sql import SqlResult

@@ -9,7 +9,7 @@
   accepted task once that a rerun agrees with, and an intact LLM cache.
 
 The two runs here usually make the same variants, so they rarely race on the dedup commit itself: that race is
-forced deterministically in `tests/validators/test_dedup.py` (interleaved commits, and four processes released
+forced deterministically in `tests/curation/test_dedup.py` (interleaved commits, and four processes released
 by a barrier). Both tests use the tool-call seeds alone (and the audit sets): about 4 minutes each on 2 cores.
 """
 

@@ -12,16 +12,16 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from curation.manifests import load_manifests
+from curation.splits import task_roots
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
 from pipeline.resources import CHECKPOINTS_FOLDER
 from pipeline.runs import RunSummary, materialize
 from pipeline.settings import Settings
 from tests.paths import REAL_MODELS_DIR, REPO, SEEDS
-from validators.manifests import load_manifests
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
-from validators.splits import task_roots
 from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
 

@@ -8,7 +8,7 @@ baseline pass@1 on the same eval tasks) and applies three rules, all of which mu
    `policy.min_improvement` (default 0: the interval must exclude "no change"). A mean that is higher but
    whose interval reaches 0 is noise as far as the gate is concerned;
 3. **no family regresses**: no family's mean difference is below `-policy.max_family_regression`;
-4. **one split**: both models were trained under the same split epoch (`validators.split_ledger`). After a
+4. **one split**: both models were trained under the same split epoch (`curation.split_ledger`). After a
    re-split the eval sets of the two epochs differ, so a checkpoint of the new epoch is never compared with (and
    never replaces) one of the old; a model with no manifest (the base model) has no epoch and always compares.
 

@@ -1,4 +1,4 @@
-"""Task schema, verifiers (= rewards), dedup, judge and splits. Pure Python: no Dagster here."""
+"""Task schema, the verifier registry (= rewards) and the sandbox untrusted code runs in. No Dagster here."""
 
 from validators.registry import Completion, Verdict, Verifier, VerifyContext, register, verify
 

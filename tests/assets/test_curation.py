@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from curation.splits import SplitConfig, plan_splits
 from generators.base import derive_task
 from pipeline.runs import materialize
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
-from validators.splits import SplitConfig, plan_splits
 from validators.tables import frame_from_records, read_table, write_table
 from validators.tasks import TASK_FIELDS, compute_task_id
 

@@ -8,13 +8,13 @@ import dagster as dg
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 
+from failures import process_failure_log
 from pipeline.cli import main
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.paths import REPO
-from validators.failures import process_failure_log
 from validators.registry import VerifyContext
 from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
@@ -22,7 +22,7 @@ from validators.tasks import TASK_FIELDS, task_problems
 EXAMPLE = REPO / "examples" / "failure_log.jsonl"
 LOG_ASSETS = "key:failure_logs or key:failure_rejects"
 PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
-# One value per redaction rule (validators/failures/redaction.py); none may reach a stored asset, the run log,
+# One value per redaction rule (failures/redaction.py); none may reach a stored asset, the run log,
 # metadata or the CLI's output. Names are left out: they are redacted only by a NameDetector, which the pipeline
 # does not configure (README: names are kept by default).
 PLANTED = {

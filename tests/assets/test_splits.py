@@ -1,13 +1,13 @@
 """The split assets across nights: sides stick, checkpoints' training sets stay out of eval, the index rule."""
 
+from curation.curate import dedup_key
+from curation.dedup import DedupIndex, MinHashConfig
+from curation.manifests import CheckpointManifest, write_manifest
+from curation.split_ledger import SplitLedger
+from curation.splits import EVAL, task_roots
 from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from pipeline.runs import materialize
 from tests.assets.test_curation import judged
-from validators.curate import dedup_key
-from validators.dedup import DedupIndex, MinHashConfig
-from validators.manifests import CheckpointManifest, write_manifest
-from validators.split_ledger import SplitLedger
-from validators.splits import EVAL, task_roots
 from validators.tables import frame_from_records, read_table, write_table
 
 SPLIT = "train_tasks"

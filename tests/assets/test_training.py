@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets.training import ROLLOUT_FIELDS
+from curation.splits import first_per_family
 from pipeline.runs import materialize
 from validators.registry import Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds
-from validators.splits import first_per_family
 from validators.tables import frame_from_records, read_table, write_table
 from validators.tasks import TASK_FIELDS, compute_task_id
 

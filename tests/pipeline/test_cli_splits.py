@@ -2,14 +2,14 @@
 
 from click.testing import CliRunner
 
+from curation.manifests import CheckpointManifest, write_manifest
+from curation.split_ledger import SplitLedger
+from curation.splits import TRAIN, task_roots
 from pipeline.cli import main
 from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from pipeline.runs import materialize
 from tests.assets.test_curation import judged
 from tests.assets.test_splits import sides_now
-from validators.manifests import CheckpointManifest, write_manifest
-from validators.split_ledger import SplitLedger
-from validators.splits import TRAIN, task_roots
 from validators.tables import frame_from_records, read_table, write_table
 
 

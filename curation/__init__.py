@@ -1,0 +1,8 @@
+"""Curation: what the graph keeps, and on which side of the split it lands. Pure Python: no Dagster here.
+
+- `dedup`: exact + MinHash near-duplicate labels, and the persisted index of accepted tasks.
+- `curate`: the dedup key of a task and the rows the index learns.
+- `splits`: lineage-grouped train/eval assignment; `split_ledger`: the append-only ledger that keeps each root on
+  its side across nights.
+- `manifests`: the task ids each checkpoint trained on, and the leaks an eval split would have against them.
+"""

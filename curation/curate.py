@@ -1,0 +1,95 @@
+"""Task-level curation rules on top of the generic dedup machinery: what text is compared, and what counts.
+
+Two tasks are duplicates when their task text is (nearly) the same AND they share the same gold, i.e. the same
+verifier name and params. The second half matters: a programmatic variant re-samples the numbers of its
+seed (or swaps a SQL literal, renames a function) and so keeps most of the seed's wording while being a
+different task with a different answer; MinHash alone would call most such variants near-duplicates of
+their seed. A paraphrase, which keeps the gold, is a duplicate when its text stays close.
+
+The compared text is the task's non-system messages: a family shares one long system prompt (tool schemas,
+a database schema), which would make every task of a family look alike.
+
+Limitation: clusters are formed on text alone (union-find), and the gold rule is applied to each row against
+its cluster's kept row. A near-copy of a variant whose cluster is kept by the seed (a different gold) is
+therefore kept, not labelled: the rule errs towards keeping tasks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from curation.dedup import DedupIndex, DedupLabel, MinHashConfig, label_duplicates
+from validators.tasks import canonical_json
+
+
+def task_text(task: Mapping[str, Any]) -> str:
+    """The text compared for duplicates: the contents of the prompt's non-system messages."""
+    return "\n".join(m["content"] for m in task["prompt"] if m["role"] != "system")
+
+
+def gold_key(task: Mapping[str, Any]) -> str:
+    """A short hash of the task's verifier name and params: equal for tasks with the same gold answer."""
+    verifier = task["verifier"]
+    canonical = canonical_json({"name": verifier["name"], "params": verifier.get("params", {})})
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+
+
+def dedup_key(task: Mapping[str, Any]) -> str:
+    """`<gold key>:<task_id>`, the key rows are labelled and indexed under (so a match carries its gold)."""
+    return f"{gold_key(task)}:{task['task_id']}"
+
+
+def keep_priority(task: Mapping[str, Any]) -> tuple[int, int, str]:
+    """Which member of a cluster is kept: seeds first, then the shallowest lineage, then the smallest id."""
+    lineage = task["lineage"]
+    return (lineage["source"] != "seed", lineage["parent_id"] is not None, task["task_id"])
+
+
+def dedup_tasks(
+    tasks: Sequence[Mapping[str, Any]], config: MinHashConfig, index: DedupIndex | None = None
+) -> list[DedupLabel]:
+    """Label each task as kept or as a duplicate (exact or near) of a kept task with the same gold.
+
+    Args:
+        tasks: task records.
+        config: the MinHash parameters.
+        index: tasks accepted by earlier runs (their keys are `dedup_key`s); this run's kept tasks are staged
+            in it, to be committed by the caller once its output is saved.
+
+    Returns:
+        One label per task, in input order; `duplicate_of` and `cluster_id` name task ids.
+
+    Example:
+        >>> seed = {"task_id": "a", "prompt": [{"role": "user", "content": "What is 2 + 2?"}],
+        ...         "verifier": {"name": "numeric_answer", "params": {"answer": 4}},
+        ...         "lineage": {"source": "seed", "parent_id": None}}
+        >>> copy = {**seed, "task_id": "b", "lineage": {"source": "generated", "parent_id": "a"}}
+        >>> [label.duplicate_of for label in dedup_tasks([seed, copy], MinHashConfig())]
+        [None, 'a']
+    """
+    keys = [dedup_key(t) for t in tasks]
+    labels = label_duplicates(keys, [task_text(t) for t in tasks], [keep_priority(t) for t in tasks], config, index)
+    result = []
+    for key, label in zip(keys, labels, strict=True):
+        own_id = key.split(":", 1)[1]
+        if label.is_duplicate and str(label.duplicate_of).split(":", 1)[0] != key.split(":", 1)[0]:
+            result.append(DedupLabel(False, own_id, None, None))  # same text, different gold: another task
+            continue
+        kept = str(label.duplicate_of).split(":", 1)[1] if label.is_duplicate else None
+        result.append(DedupLabel(label.is_duplicate, label.cluster_id.split(":", 1)[-1], kept, label.kind))
+    return result
+
+
+def index_tasks(tasks: Sequence[Mapping[str, Any]], index: DedupIndex) -> int:
+    """Add the tasks the index does not hold yet (by `dedup_key`) and commit them; returns the rows written.
+
+    The pipeline indexes the tasks its splits keep, so later runs label near-copies of anything trained or
+    evaluated on as duplicates, and a task the judge rejected blocks nothing.
+    """
+    keys = [dedup_key(t) for t in tasks]
+    known = index.ordinals_of(keys) >= 0 if len(index) else [False] * len(keys)
+    fresh = [i for i, seen in enumerate(known) if not seen]
+    index.stage_texts([keys[i] for i in fresh], [task_text(tasks[i]) for i in fresh])
+    return index.commit()

@@ -1,0 +1,287 @@
+"""The split ledger: which side each lineage root was given, when, and by which run. Append-only across nights.
+
+A root keeps its side once assigned, whatever later nights bring (more roots in its stratum, a new salt in the
+config): `assign` plans the night's split with the ledger's sides as `previous` (`curation.splits`), so only
+roots seen for the first time get a side, and it appends those. The eval set therefore only grows, and a
+checkpoint trained on one night's train side is never evaluated on its own training lineages later.
+
+Moving roots is `resplit`: an explicit operation for a person (`seedwheel splits resplit`), which recomputes every
+side with a new salt, keeps on the train side every root a checkpoint has trained on (`pinned`), appends a row
+per moved root and starts a new *epoch*. The promotion gate refuses to compare checkpoints of different epochs:
+their eval sets differ.
+
+Layout under the folder (the pipeline passes `<storage root>/splits/`):
+
+```
+ledger.parquet       one row per assignment: root, side, seq, epoch, how (hash | promoted | demoted | resplit)
+plans/000003.json    one record per plan (seq 3): plan_id, epoch, salt, kind (assign | resplit), run_id, created_at,
+                     new_roots, moved roots, note
+.lock                held while a plan is made and written (two runs never assign the same new root twice)
+```
+
+A plan's record is written first and the ledger last: the ledger is the commit point, so a run killed between the
+two leaves a record the ledger does not reach (`seq` above the ledger's), which is ignored and overwritten. Side
+at any earlier plan (`state(seq)`) is the last row per root up to that plan, so lineage questions about an old
+checkpoint ("which split was in force then") stay answerable after a re-split.
+
+Example:
+    >>> ledger = SplitLedger(Path("/tmp/store/splits"))  # doctest: +SKIP
+    >>> record = ledger.assign(tasks, SplitConfig(), run_id="nightly-1")  # doctest: +SKIP
+    >>> record.state.sides["5c4f6470173c47e1"]  # doctest: +SKIP
+    'eval'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from curation.splits import EVAL, TRAIN, SplitConfig, SplitPlan, plan_splits
+from validators.tables import atomic_write, file_lock, read_table, write_table
+from validators.tasks import canonical_json
+
+logger = logging.getLogger(__name__)
+
+LEDGER = "ledger.parquet"
+PLANS = "plans"
+LOCK = ".lock"
+LEDGER_COLUMNS = ("root", "side", "seq", "epoch", "how")
+
+
+class SplitLedgerError(ValueError):
+    """The ledger cannot be read or would be broken by an operation; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class SplitState:
+    """The split in force after plan `seq` (0: nothing assigned yet).
+
+    Attributes:
+        seq: the plan number.
+        epoch: how many re-splits came before it (0 until the first).
+        plan_id: a content hash of the sides in force and the epoch (equal states, equal ids).
+        salt: the salt the epoch's roots were hashed with (None before the first plan).
+        sides: root -> side, for every root assigned up to this plan.
+    """
+
+    seq: int
+    epoch: int
+    plan_id: str
+    salt: str | None
+    sides: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """What `assign` or `resplit` did: the plan of the tasks given, the state after it, and what changed.
+
+    Attributes:
+        plan: the split of the tasks given (sides, summary per stratum).
+        state: the split in force afterwards.
+        new_roots: roots that got a side for the first time.
+        moved: root -> (side before, side after), for a re-split.
+        notes: things a person should know (a config salt the ledger does not use, roots kept by the pin rule).
+    """
+
+    plan: SplitPlan
+    state: SplitState
+    new_roots: list[str] = field(default_factory=list)
+    moved: dict[str, tuple[str, str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class SplitLedger:
+    """The persisted split assignments under `folder` (see the module docstring)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    @property
+    def path(self) -> Path:
+        return self.folder / LEDGER
+
+    def rows(self) -> pd.DataFrame:
+        """Every assignment ever made, in order (an empty frame before the first)."""
+        if not self.path.exists():
+            return pd.DataFrame(columns=LEDGER_COLUMNS)
+        try:
+            rows = read_table(self.path)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise SplitLedgerError(
+                f"split ledger {self.path} cannot be read ({exc}); restore it from a backup: rebuilding it would "
+                "re-split every lineage, and the checkpoints' evaluations would no longer compare"
+            ) from exc
+        missing = set(LEDGER_COLUMNS) - set(rows.columns)
+        if missing:
+            raise SplitLedgerError(
+                f"split ledger {self.path} lacks columns {sorted(missing)}; restore it from a backup"
+            )
+        return rows
+
+    def plans(self) -> list[dict[str, Any]]:
+        """The plan records the ledger reaches, oldest first."""
+        last = self._last_seq(self.rows())
+        records = []
+        for path in sorted((self.folder / PLANS).glob("*.json")):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if record["seq"] <= last:
+                records.append(record)
+        return records
+
+    def state(self, seq: int | None = None) -> SplitState:
+        """The split in force after plan `seq` (default: the latest)."""
+        return self._state(self.rows(), self.plans(), seq)
+
+    def assign(
+        self, tasks: pd.DataFrame | Iterable[Mapping[str, Any]], config: SplitConfig, run_id: str
+    ) -> LedgerEntry:
+        """Give every root not in the ledger a side and append it; roots already there keep theirs.
+
+        New roots are hashed with the ledger's salt (the current epoch's), so one epoch is one salt; a different
+        `config.salt` is noted, not used (a re-split applies it).
+
+        Args:
+            tasks: the night's task records (their roots are planned).
+            config: the split settings (fractions and strata apply to new roots).
+            run_id: the run that makes the plan, kept in its record.
+
+        Returns:
+            The plan of `tasks`, the state after it, and the new roots.
+
+        Raises:
+            SplitLedgerError: the ledger is unreadable.
+        """
+        with file_lock(self.folder / LOCK):
+            rows = self.rows()
+            current = self._state(rows, self.plans(), None)
+            notes = []
+            if current.salt is not None and current.salt != config.salt:
+                notes.append(
+                    f"split_salt {config.salt!r} is not the salt in force ({current.salt!r}, epoch {current.epoch}): "
+                    "new roots use the salt in force; `seedwheel splits resplit --salt ... --yes` applies a new one"
+                )
+                config = dataclasses.replace(config, salt=current.salt)
+            plan = plan_splits(tasks, config, previous=current.sides)
+            new = {root: side for root, side in plan.sides.items() if root not in current.sides}
+            if not new:
+                return LedgerEntry(plan, current, notes=notes)
+            how = {root: plan.guaranteed.get(root, "hash") for root in new}
+            state = self._append(rows, current, new, how, config.salt, current.epoch, run_id, "assign", {}, "")
+            return LedgerEntry(plan, state, sorted(new), notes=notes)
+
+    def resplit(
+        self,
+        tasks: pd.DataFrame | Iterable[Mapping[str, Any]],
+        config: SplitConfig,
+        *,
+        pinned: Iterable[str],
+        run_id: str,
+        note: str,
+        commit: bool = True,
+    ) -> LedgerEntry:
+        """Recompute every side of `tasks` with `config` (its salt), as a new epoch; `pinned` roots stay train.
+
+        Args:
+            tasks: the task records whose roots are re-split (roots in the ledger but not here keep their side).
+            config: the split settings, with the new salt.
+            pinned: roots some checkpoint trained on: they stay on the train side, so no existing checkpoint is
+                ever evaluated on its training lineages.
+            run_id: who or what re-split (kept in the plan record).
+            note: why, for the record.
+            commit: False computes what would move and writes nothing (the state returned is the current one).
+
+        Returns:
+            The plan, the new state, the roots assigned for the first time, and every moved root.
+        """
+        pinned = set(pinned)
+        with file_lock(self.folder / LOCK):
+            rows = self.rows()
+            current = self._state(rows, self.plans(), None)
+            plan = plan_splits(tasks, config, previous={root: TRAIN for root in pinned})
+            changed = {root: side for root, side in plan.sides.items() if current.sides.get(root) != side}
+            moved = {root: (current.sides[root], side) for root, side in changed.items() if root in current.sides}
+            new = sorted(root for root in changed if root not in current.sides)
+            notes = [f"{len(pinned & set(plan.sides))} roots trained on by a checkpoint stay on the train side"]
+            if not changed:
+                return LedgerEntry(plan, current, notes=[*notes, "no root moves: the split in force is kept"])
+            if not commit:
+                return LedgerEntry(plan, current, new, moved, notes)
+            how = {root: "resplit" for root in changed}
+            state = self._append(
+                rows, current, changed, how, config.salt, current.epoch + 1, run_id, "resplit", moved, note
+            )
+            logger.warning("split epoch %d: %d roots moved, %d new (%s)", state.epoch, len(moved), len(new), note)
+            return LedgerEntry(plan, state, new, moved, notes)
+
+    def _append(
+        self,
+        rows: pd.DataFrame,
+        current: SplitState,
+        sides: Mapping[str, str],
+        how: Mapping[str, str],
+        salt: str,
+        epoch: int,
+        run_id: str,
+        kind: str,
+        moved: Mapping[str, tuple[str, str]],
+        note: str,
+    ) -> SplitState:
+        seq = current.seq + 1
+        state = _make_state(seq, epoch, salt, {**current.sides, **sides})
+        record = {
+            "seq": seq,
+            "plan_id": state.plan_id,
+            "epoch": epoch,
+            "salt": salt,
+            "kind": kind,
+            "run_id": run_id,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "new_roots": sorted(r for r in sides if r not in current.sides),
+            "moved": {root: list(change) for root, change in sorted(moved.items())},
+            "note": note,
+            "train_roots": sum(side == TRAIN for side in state.sides.values()),
+            "eval_roots": sum(side == EVAL for side in state.sides.values()),
+        }
+        with atomic_write(self.folder / PLANS / f"{seq:06d}.json", "w") as handle:
+            handle.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        added = pd.DataFrame(
+            [{"root": r, "side": s, "seq": seq, "epoch": epoch, "how": how[r]} for r, s in sorted(sides.items())],
+            columns=LEDGER_COLUMNS,
+        )
+        write_table(pd.concat([rows, added], ignore_index=True) if len(rows) else added, self.path)  # commit point
+        return state
+
+    @staticmethod
+    def _last_seq(rows: pd.DataFrame) -> int:
+        return int(rows["seq"].max()) if len(rows) else 0
+
+    def _state(self, rows: pd.DataFrame, plans: list[dict[str, Any]], seq: int | None) -> SplitState:
+        last = self._last_seq(rows)
+        seq = last if seq is None else seq
+        if not 0 <= seq <= last:
+            raise SplitLedgerError(f"split plan {seq} does not exist in {self.path}: plans run from 1 to {last}")
+        if seq == 0:
+            return _make_state(0, 0, None, {})
+        upto = rows[rows["seq"] <= seq]
+        sides = dict(zip(upto["root"], upto["side"], strict=True))  # later rows win: the last side of each root
+        record = next((r for r in plans if r["seq"] == seq), None)
+        if record is None:
+            raise SplitLedgerError(
+                f"split plan {seq} is in {self.path} but its record {self.folder / PLANS / f'{seq:06d}.json'} is "
+                "missing; restore the plans folder from a backup"
+            )
+        return _make_state(seq, int(record["epoch"]), record["salt"], sides)
+
+
+def _make_state(seq: int, epoch: int, salt: str | None, sides: dict[str, str]) -> SplitState:
+    digest = hashlib.sha256(canonical_json({"epoch": epoch, "sides": sides}).encode()).hexdigest()[:12]
+    return SplitState(seq=seq, epoch=epoch, plan_id=digest, salt=salt, sides=sides)

@@ -1,0 +1,82 @@
+"""One failure log end to end: parse, redact every record, derive tasks and review items (what an asset calls)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from failures.derive import failure_task
+from failures.log import FailureReject, ParseLimits, parse_failure_log
+from failures.redaction import RedactionConfig, RedactionReport, redact
+from validators.registry import VerifyContext
+
+
+@dataclass
+class FailureBatch:
+    """Everything one log produced: redacted records, rejects, candidate tasks, review items, redaction counts."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    rejects: list[FailureReject] = field(default_factory=list)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    review: list[dict[str, Any]] = field(default_factory=list)
+    redaction: RedactionReport = field(default_factory=RedactionReport)
+
+    def summary(self) -> dict[str, Any]:
+        """Counts for materialization metadata: `records`, `rejects`, `tasks`, `review`, `redacted` (by kind).
+
+        Example:
+            >>> FailureBatch().summary()
+            {'records': 0, 'rejects': 0, 'tasks': 0, 'review': 0, 'redacted': {}}
+        """
+        return {
+            "records": len(self.records),
+            "rejects": len(self.rejects),
+            "tasks": len(self.tasks),
+            "review": len(self.review),
+            "redacted": dict(self.redaction.counts),
+        }
+
+
+def process_failure_log(
+    path_or_lines: str | os.PathLike[str] | Iterable[str | bytes],
+    source_name: str | None = None,
+    *,
+    redaction: RedactionConfig | None = None,
+    limits: ParseLimits | None = None,
+    context: VerifyContext | None = None,
+) -> FailureBatch:
+    """Parse a failure log, redact each record, and derive a task or a review item from each.
+
+    Nothing unredacted leaves this function: records are redacted before derivation, and reject rows carry a
+    redacted preview only.
+
+    Args:
+        path_or_lines: a JSONL file path, or its lines.
+        source_name: the name used in origins (`name:line`); the file name when None.
+        redaction: redaction thresholds and the optional name detector.
+        limits: line size and nesting limits.
+        context: where SQLite fixtures of derived sql tasks resolve (the seeds folder).
+
+    Returns:
+        A `FailureBatch`; `redaction` sums the counts of every record.
+
+    Example:
+        >>> batch = process_failure_log(['{"messages": [{"role": "user", "content": "Mail ann@example.com"}]}'])
+        >>> batch.summary()
+        {'records': 1, 'rejects': 0, 'tasks': 0, 'review': 1, 'redacted': {'EMAIL': 1}}
+    """
+    redaction = redaction or RedactionConfig()
+    parsed = parse_failure_log(path_or_lines, source_name, limits=limits, redaction=redaction)
+    batch = FailureBatch(rejects=parsed.rejects)
+    for raw in parsed.records:
+        record, report = redact(raw, redaction)
+        batch.records.append(record)
+        batch.redaction += report
+        derived = failure_task(record, context=context)
+        if derived.task is not None:
+            batch.tasks.append(derived.task)
+        else:
+            batch.review.append(derived.review)
+    return batch

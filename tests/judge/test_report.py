@@ -1,0 +1,62 @@
+"""Report helpers: score counts per criterion, lowest score per family, worst-scored order."""
+
+from judge import DEFAULT_RUBRIC, Judgment, accept_rate, lowest_score_counts, score_counts, worst_scored
+
+
+def judgment(task_id: str, scores: dict[str, int] | None, accepted: bool | None = True) -> Judgment:
+    return Judgment(
+        task_id=task_id,
+        sample=0,
+        rubric="task_quality-r1",
+        template_version="judge-task_quality-r1-t1",
+        scores=scores,
+        rationale="why" if scores else None,
+        accepted=accepted if scores else None,
+        failed_criteria=(),
+        error=None if scores else "json_missing",
+        error_detail=None,
+        raw=None,
+        first_raw=None,
+        repaired=False,
+        cached=False,
+        tokens_in=0,
+        tokens_out=0,
+    )
+
+
+def scored(clarity: int, solvability: int, reference: int, on_topic: int) -> dict[str, int]:
+    return {"clarity": clarity, "solvability": solvability, "reference_correctness": reference, "on_topic": on_topic}
+
+
+JUDGMENTS = [
+    judgment("a", scored(5, 5, 5, 5)),
+    judgment("b", scored(4, 5, 2, 5), accepted=False),
+    judgment("c", None),  # a judge_error: no scores, counted nowhere
+    judgment("d", scored(3, 4, 4, 5)),
+]
+FAMILY = {"a": "sql", "b": "arithmetic", "c": "arithmetic", "d": "arithmetic"}
+
+
+def test_score_counts_cover_every_score_of_every_criterion():
+    counts = score_counts(JUDGMENTS, DEFAULT_RUBRIC)
+    assert list(counts) == list(DEFAULT_RUBRIC.names)
+    assert counts["reference_correctness"] == {1: 0, 2: 1, 3: 0, 4: 1, 5: 1}
+    assert counts["on_topic"] == {1: 0, 2: 0, 3: 0, 4: 0, 5: 3}
+
+
+def test_lowest_score_per_task_by_family():
+    # b's weakest criterion is 2, d's is 3, a's is 5; families in name order.
+    assert lowest_score_counts(JUDGMENTS, FAMILY) == {
+        "arithmetic": {1: 0, 2: 1, 3: 1, 4: 0, 5: 0},
+        "sql": {1: 0, 2: 0, 3: 0, 4: 0, 5: 1},
+    }
+
+
+def test_worst_scored_are_the_lowest_totals_first():
+    assert [j.task_id for j in worst_scored(JUDGMENTS, 2)] == ["b", "d"]  # totals 16 and 16: ties by task_id
+    assert [j.task_id for j in worst_scored(JUDGMENTS, 10)] == ["b", "d", "a"]  # the judge_error has no total
+
+
+def test_accept_rate_counts_judge_errors_as_not_accepted():
+    assert accept_rate(JUDGMENTS) == 0.5
+    assert accept_rate([]) == 0.0
