@@ -15,7 +15,7 @@ BFCL_EVAL := bfcl-eval==2026.3.23
 # Debian packages the integration tests start: redis-server (the shared dedup index), chromium + its driver (the UI).
 SYSTEM_PACKAGES := redis-server chromium chromium-driver
 
-.PHONY: quickstart test lint ui install install-dev system-deps clean
+.PHONY: quickstart test test-fast lint ui install install-dev system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,11 +48,23 @@ system-deps:
 		else echo "missing system packages:$$missing (apt-get install$$missing); the tests that need them will skip"; fi; \
 	fi
 
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k sandbox"`; CI adds durations and a junit report.
+PYTEST_ARGS ?=
+
+# The whole suite: what CI runs.
 test: install-dev system-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The edit-run loop: everything not marked slow (no server, browser, training run or whole graph), on every core.
+# tests/tiers.py fails an unmarked test that runs over pyproject's fast_tier_limit_s, so this tier stays fast.
+test-fast: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/pytest -m "not slow" -n auto --dist loadscope $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check --fix .

@@ -9,13 +9,18 @@ from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
 from curation.curate import dedup_tasks
 from curation.dedup import DedupIndex
+from curation.validity import (
+    TASK_REJECT_COLUMNS,
+    below_floor,
+    family_validity,
+    split_checked,
+    task_generator,
+    validity_rates,
+)
 from pipeline.resources import VALIDATION_CACHE_FOLDER, CurationPolicy, SeedRepository, StorageRoot
 from validators.cache_store import CacheStore
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, check_tasks
-
-FAILURE_SOURCE = "production_failure"
-TASK_REJECT_COLUMNS = ("task_id", "family", "generator", "seed_id", "reason_code", "reason", "record")
 
 
 @dg.multi_asset(
@@ -46,26 +51,11 @@ def validated_tasks(
     started = time.monotonic()
     problems = check_tasks(variants, seeds.verify_context(), cache=cache)
     seconds = time.monotonic() - started
-    good, rejects = [], []
-    for variant, found in zip(variants, problems, strict=True):
-        if not found:
-            good.append(variant)
-            continue
-        rejects.append(
-            {
-                "task_id": variant.get("task_id"),
-                "family": variant.get("family"),
-                "generator": _generator(variant),
-                "seed_id": (variant.get("lineage") or {}).get("seed_id"),
-                "reason_code": found[0].code,
-                "reason": "; ".join(map(str, found)),
-                "record": variant,
-            }
-        )
+    good, rejects = split_checked(variants, problems)
     tasks = pd.concat([seed_tasks[list(TASK_FIELDS)], frame_from_records(good, TASK_FIELDS)], ignore_index=True)
     reject_frame = frame_from_records(rejects, TASK_REJECT_COLUMNS)
     by_family = validity_rates(pd.Series([v["family"] for v in variants]), reject_frame["family"])
-    by_generator = validity_rates(pd.Series([_generator(v) for v in variants]), reject_frame["generator"])
+    by_generator = validity_rates(pd.Series([task_generator(v) for v in variants]), reject_frame["generator"])
     for reject in rejects[:20]:
         context.log.warning(f"variant {reject['task_id']} ({reject['generator']}): {reject['reason']}")
     yield dg.Output(
@@ -98,18 +88,6 @@ def validated_tasks(
     )
 
 
-def _generator(task: dict) -> str:
-    """The generator's name, or where an ungenerated task came from (`production_failure`)."""
-    lineage = task.get("lineage") or {}
-    return (lineage.get("generator") or {}).get("name") or lineage.get("source") or "seed"
-
-
-def validity_rates(checked: pd.Series, rejected: pd.Series) -> dict[str, tuple[int, int]]:
-    """(valid, checked) per key, from the keys of every checked row and of the rejected rows."""
-    bad = rejected.value_counts()
-    return {str(k): (int(n - bad.get(k, 0)), int(n)) for k, n in sorted(checked.value_counts().items())}
-
-
 def _rates_table(rates: dict[str, tuple[int, int]], label: str) -> str:
     rows = [{label: k, "valid": v, "checked": n, "rate": f"{v / n:.1%}"} for k, (v, n) in rates.items()]
     return markdown_table(rows, [label, "valid", "checked", "rate"])
@@ -125,10 +103,8 @@ def family_validity_floor(
     validated_tasks: pd.DataFrame, task_variants: pd.DataFrame, task_rejects: pd.DataFrame, policy: CurationPolicy
 ) -> dg.AssetCheckResult:
     # The floor is about generators: failure tasks rejected here (derived from logs) are not variants.
-    generated = task_rejects[task_rejects["generator"] != FAILURE_SOURCE]
-    counts = validity_rates(task_variants["family"], generated["family"])
-    rates = {family: valid / n for family, (valid, n) in counts.items()}
-    below = {family: rate for family, rate in rates.items() if rate < policy.min_validity_rate}
+    rates = family_validity(task_variants["family"], task_rejects)
+    below = below_floor(rates, policy.min_validity_rate)
     return dg.AssetCheckResult(
         passed=not below,
         severity=dg.AssetCheckSeverity.ERROR,

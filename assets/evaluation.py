@@ -14,8 +14,10 @@ from assets.plots import bar_chart
 from curation.manifests import find_manifest
 from curation.splits import first_per_family
 from pipeline.resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository, StorageRoot
-from training.evaluation import Comparison, EvalReport, compare, evaluate, sample_and_score
+from training.eval_table import failure_report, paired_comparison
+from training.evaluation import sample_and_score
 from training.promotion import decide
+from training.stats import Comparison, EvalReport, evaluate
 from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
@@ -65,7 +67,7 @@ def checkpoint_eval(
         frames.append(pd.DataFrame(sampled.rows).assign(role=role, model=model))
     rows = pd.concat(frames, ignore_index=True)
     rows = rows.assign(failure_eval=rows["task_id"].isin(failure_ids))[list(EVAL_COLUMNS)]
-    comparison = _comparison(rows, gate.seed)
+    comparison = paired_comparison(rows, gate.seed)
     return dg.MaterializeResult(
         value=rows,
         metadata={
@@ -99,14 +101,14 @@ def promotion(
     """The gate: promote the candidate only when it is better overall with confidence, no family regresses, and
     both models were trained under the same split epoch."""
     models = checkpoint_eval.groupby("role")["model"].first()
-    comparison = _comparison(checkpoint_eval, gate.seed)
+    comparison = paired_comparison(checkpoint_eval, gate.seed)
     manifests = {role: find_manifest(storage.path(CHECKPOINTS_FOLDER), models[role]) for role in ROLES}
     epochs = {role: None if m is None else m.split_epoch for role, m in manifests.items()}
     decision = decide(comparison, gate.policy(), split_epochs=epochs)
     registry = gate.registry()
     if decision.promote:
         registry.promote(models["candidate"], run_id=context.run.run_id, numbers=decision.numbers)
-    failures = _failure_report(checkpoint_eval)
+    failures = failure_report(checkpoint_eval)
     verdict = "promoted" if decision.promote else "kept baseline"
     context.log.info(f"promotion: {verdict} ({models['candidate']} vs {models['baseline']})")
     for reason in [*decision.reasons, failures["summary"]]:
@@ -139,31 +141,6 @@ def promotion(
             "registry": dg.MetadataValue.path(str(registry.path)),
         },
     )
-
-
-def _comparison(rows: pd.DataFrame, seed: int) -> Comparison:
-    """The paired comparison of the candidate's and the baseline's verdicts in an eval table."""
-    verdicts = {
-        role: part.groupby("task_id")["passed"].apply(lambda s: [bool(v) for v in s]).to_dict()
-        for role, part in rows.groupby("role")
-    }
-    families = dict(zip(rows["task_id"], rows["family"], strict=True))
-    return compare(verdicts["candidate"], verdicts["baseline"], families, seed=seed)
-
-
-def _failure_report(rows: pd.DataFrame) -> dict:
-    """Per held-out production-failure task: solved (most samples pass) by the baseline, by the candidate."""
-    failures = rows[rows["failure_eval"].astype(bool)]
-    solved = failures.groupby(["task_id", "role"])["passed"].mean().unstack("role", fill_value=0.0) >= 0.5
-    if solved.empty:
-        return {"tasks": 0, "fixed": [], "broken": [], "summary": "failure_eval: no held-out production failure"}
-    fixed = sorted(solved.index[solved["candidate"] & ~solved["baseline"]])
-    broken = sorted(solved.index[~solved["candidate"] & solved["baseline"]])
-    summary = (
-        f"failure_eval: the candidate solves {int(solved['candidate'].sum())} of {len(solved)} held-out production "
-        f"failure tasks (baseline {int(solved['baseline'].sum())}); fixed {len(fixed)}, broken {len(broken)}"
-    )
-    return {"tasks": len(solved), "fixed": fixed, "broken": broken, "summary": summary}
 
 
 def _overall(report: EvalReport) -> dict[str, float]:

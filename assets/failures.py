@@ -15,7 +15,7 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, preview
-from failures import RECORD_FIELDS, failure_task, process_failure_log
+from failures import RECORD_FIELDS, derive_failure_tasks, process_failure_log
 from pipeline.resources import FailureInbox, SeedRepository
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
@@ -100,16 +100,9 @@ def failure_tasks(failure_logs, seeds: SeedRepository):
     """Every stored failure becomes a task (verifier from its expected outcome) or a review item."""
     # The IO manager gives one DataFrame per file, a bare DataFrame for a single file, and None for none yet.
     files = failure_logs if isinstance(failure_logs, dict) else {} if failure_logs is None else {"": failure_logs}
-    tasks, review = [], []
-    context = seeds.verify_context()
-    for _, frame in sorted(files.items()):
-        for record in records_from_frame(frame):
-            derived = failure_task(record, context=context)
-            if derived.task is not None:
-                tasks.append(derived.task)
-            else:
-                review.append(derived.review)
-    task_frame = frame_from_records(_unique(tasks), TASK_FIELDS)
+    records = [record for _, frame in sorted(files.items()) for record in records_from_frame(frame)]
+    tasks, review = derive_failure_tasks(records, context=seeds.verify_context())
+    task_frame = frame_from_records(tasks, TASK_FIELDS)
     review_frame = frame_from_records(review, REVIEW_COLUMNS)
     yield dg.Output(
         task_frame,
@@ -130,11 +123,6 @@ def failure_tasks(failure_logs, seeds: SeedRepository):
             "preview": preview(review_frame, ("failure_id", "family", "reason_code", "origin")),
         },
     )
-
-
-def _unique(tasks: list[dict]) -> list[dict]:
-    """One task per task_id: the same failure logged twice (two files, a resent line) is one task."""
-    return list({task["task_id"]: task for task in tasks}.values())
 
 
 def build_failure_inbox(running: bool) -> dg.SensorDefinition:

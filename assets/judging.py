@@ -1,6 +1,5 @@
 """Judging assets: an LLM judge scores tasks on a versioned rubric, calibrated against human labels first."""
 
-from collections import Counter
 from pathlib import Path
 
 import dagster as dg
@@ -12,15 +11,17 @@ from assets.plots import bar_chart
 from curation.splits import first_per_family
 from judge import (
     DEFAULT_RUBRIC,
+    LABEL_COLUMNS,
     LABEL_PARAMS,
-    AuditItem,
     JudgeHistoryError,
     JudgeSetup,
     accept_rate,
     audit_labels,
     calibrate,
+    calibration_sample,
     describe_change,
     judge_tasks,
+    label_rows,
     load_audit_set,
     load_setup,
     lowest_score_counts,
@@ -34,7 +35,6 @@ from pipeline.resources import JudgePolicy, LLMEndpoint, SeedRepository
 from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
-JUDGE_COLUMNS = ("judge_verdict", "judge_scores", "judge_failed", "judge_error", "judge_rationale")
 WORST_ROWS = 10
 CALIBRATION_NUMBERS = ("accuracy", "kappa", "false_accept_rate", "false_reject_rate")
 # Under the LLM cache folder: which judge setup the cached labels came from (judge.history).
@@ -61,7 +61,7 @@ def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, seeds: SeedRepository, llm: LLMEndpoint, judge: JudgePolicy
     ):  # no return annotation: with a check spec the op has two outputs, and Dagster reads annotations per output
         """The judge's agreement with human labels on the audit set, and with itself over repeated samples."""
-        items = _first_per_family(load_audit_set(seeds.folder / "audit"), judge.calibration_per_family)
+        items = calibration_sample(load_audit_set(seeds.folder / "audit"), judge.calibration_per_family)
         run = judge_tasks(
             [item.as_task() for item in items],
             client=llm.client(),
@@ -118,20 +118,8 @@ def judged_tasks(
     )
     history = Path(llm.cache_dir) / HISTORY_DIR / "judged_tasks.json"
     rejudged = _rejudged(context, history, run.setup)
-    by_id = {j.task_id: j for j in run.judgments}
-    rows = []
-    for task in tasks:
-        j = by_id.get(task["task_id"])
-        rows.append(
-            {
-                "judge_verdict": j.verdict if j else "not_judged",
-                "judge_scores": j.scores if j else None,
-                "judge_failed": list(j.failed_criteria) if j else [],
-                "judge_error": j.error if j else None,
-                "judge_rationale": (j.rationale or j.raw) if j else None,
-            }
-        )
-    labelled = pd.concat([kept[list(TASK_FIELDS)], pd.DataFrame(rows, columns=JUDGE_COLUMNS)], axis=1)
+    rows = label_rows([task["task_id"] for task in tasks], run.judgments)
+    labelled = pd.concat([kept[list(TASK_FIELDS)], pd.DataFrame(rows, columns=LABEL_COLUMNS)], axis=1)
     counts = score_counts(run.judgments, DEFAULT_RUBRIC)
     lowest = lowest_score_counts(run.judgments, {t["task_id"]: t["family"] for t in tasks})
     save_setup(history, run.setup)  # only once the run succeeded: a failed run leaves the previous record
@@ -171,19 +159,6 @@ def _rejudged(context: dg.AssetExecutionContext, history: Path, setup: JudgeSetu
     if previous is not None and change != "unchanged":
         context.log.info(f"every task is judged again, since the judge changed: {change}")
     return change
-
-
-def _first_per_family(items: list[AuditItem], limit: int | None) -> list[AuditItem]:
-    """All audit items, or the first `limit` of each family (by id) - both human verdicts kept where present."""
-    if limit is None:
-        return items
-    taken: Counter[tuple[str, bool]] = Counter()
-    chosen = []
-    for item in sorted(items, key=lambda i: (i.family, not i.accept, i.id)):
-        if taken[(item.family, item.accept)] < max(1, limit // 2):
-            taken[(item.family, item.accept)] += 1
-            chosen.append(item)
-    return sorted(chosen, key=lambda i: i.id)
 
 
 def _accept_by_family(labelled: pd.DataFrame) -> dg.MetadataValue:

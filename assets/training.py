@@ -9,8 +9,6 @@ from its last complete checkpoint.
 """
 
 import hashlib
-import json
-import math
 import sys
 from collections import Counter
 from dataclasses import asdict
@@ -28,11 +26,13 @@ from curation.split_ledger import SplitLedger
 from curation.splits import first_per_family
 from llm import tether
 from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, SeedRepository, StorageRoot, TrainingPolicy
+from training.difficulty import difficulty_label, in_grpo_set, rollouts_by_task, solved_counts
 from training.evaluation import sample_and_score
 from training.grpo import reward_spread
-from training.grpo_job import METRICS_MESSAGE_KIND
+from training.grpo_job import METRICS_MESSAGE_KIND, GRPOJobConfig, GRPOJobResult
 from training.preferences import DEFAULT_MAX_PAIRS_PER_TASK, PAIR_COLUMNS, build_preference_pairs, export_pairs
-from training.reward_audit import audit_reward, load_labelled
+from training.retrain import DEFAULT_RETRAIN_GROWTH, retrain_decision
+from training.reward_audit import AuditCheck, audit_reward, load_labelled
 from validators.export import export_split
 from validators.rewards import build_reward_funcs
 from validators.tables import atomic_write, frame_from_records, records_from_frame
@@ -71,8 +71,8 @@ def reward_audit(
     labelled = load_labelled(seeds.folder / REWARD_AUDIT_FILE, context=verify_context)
     tasks = records_from_frame(train_tasks[list(TASK_FIELDS)])
     audit = audit_reward(funcs, weights, tasks, labelled, policy=training.audit_policy(), context=verify_context)
-    for reason in audit.reasons:
-        context.log.info(f"reward audit: {reason}")
+    for check in audit.checks:
+        (context.log.info if check.passed else context.log.warning)(f"reward audit: {check.message}")
     rows = pd.DataFrame(audit.rows)
     disagreements = rows[rows["agree"].eq(False)] if "agree" in rows else rows
     return dg.MaterializeResult(
@@ -82,7 +82,7 @@ def reward_audit(
             "labelled_rows": len(labelled),
             "probe_tasks": len(tasks),
             "reward_weights": dg.MetadataValue.json(training.reward_weights),
-            "checks": dg.MetadataValue.md("\n".join(f"- {reason}" for reason in audit.reasons)),
+            "checks": dg.MetadataValue.md("\n".join(f"- {check.message}" for check in audit.checks)),
             "disagreements": dg.MetadataValue.md(
                 markdown_table(disagreements.head(20).to_dict(orient="records"), DISAGREEMENT_COLUMNS)
             ),
@@ -92,8 +92,11 @@ def reward_audit(
                 check_name="reward_sound",
                 passed=audit.passed,
                 severity=dg.AssetCheckSeverity.ERROR,
-                description="the reward is sound" if audit.passed else _failed(audit.reasons),
-                metadata={k: v for k, v in audit.numbers.items() if isinstance(v, int | float)},
+                description="the reward is sound" if audit.passed else _failed(audit.failures),
+                metadata={
+                    **{k: v for k, v in audit.numbers.items() if isinstance(v, int | float)},
+                    "failed_checks": dg.MetadataValue.json([check.name for check in audit.failures]),
+                },
             )
         ],
     )
@@ -198,24 +201,15 @@ def difficulty_profile(
         batch_size=training.difficulty_batch_size,
         context=seeds.verify_context(),
     )
-    solved = [sum(sampled.passed[task_id]) if task_id in sampled.passed else None for task_id in ids["task_id"]]
-    labels = [
-        "not_profiled" if n is None else "never_solved" if n == 0 else "always_solved" if n == k else "learnable"
-        for n in solved
-    ]
+    solved = solved_counts(sampled.passed, ids["task_id"])
+    labels = [difficulty_label(n, k) for n in solved]
     # The scored samples themselves, kept for preference_pairs.
-    rollouts: dict[str, list[dict[str, Any]]] = {}
-    for row in sampled.rows:
-        rollouts.setdefault(row["task_id"], []).append({name: row[name] for name in ROLLOUT_FIELDS})
+    rollouts = rollouts_by_task(sampled.rows, ROLLOUT_FIELDS)
     profile = ids.assign(
         solved=pd.Series(solved, dtype=object),
         samples=[0 if n is None else k for n in solved],
         label=labels,
-        # Only a profiled task that is always or never solved is known to carry no signal; a task left out of
-        # the profile (over the per-family cap) stays in unless the policy keeps GRPO to learnable tasks.
-        in_grpo_set=[
-            label == "learnable" or (label == "not_profiled" and training.grpo_unprofiled) for label in labels
-        ],
+        in_grpo_set=[in_grpo_set(label, grpo_unprofiled=training.grpo_unprofiled) for label in labels],
         policy=policy_model,
         rollouts=pd.Series([rollouts.get(task_id) for task_id in ids["task_id"]], dtype=object),
     )
@@ -271,16 +265,16 @@ def grpo_checkpoint(
     digest = _digest(start, task_ids, {"runtime": training.runtime, **grpo})
     run_dir = storage.path("training", "grpo", digest)
     exported = export_split(part, run_dir, "train")
-    job = {
-        "model_path": start,
-        "output_dir": str(run_dir / "output"),
-        "train_file": str(exported.parquet),
-        "runtime": training.runtime,
-        "grpo": grpo,
-    }
+    job = GRPOJobConfig(
+        model_path=start,
+        output_dir=str(run_dir / "output"),
+        train_file=str(exported.parquet),
+        runtime=training.runtime,
+        grpo=grpo,
+    )
     config_path = run_dir / "job.json"
     with atomic_write(config_path, "w") as handle:
-        handle.write(json.dumps(job, indent=2, sort_keys=True) + "\n")
+        handle.write(job.to_json())
     context.log.info(f"GRPO on {len(part)} tasks from {start}; job config {config_path}")
     invocation = pipes.run(
         context=context,
@@ -288,37 +282,42 @@ def grpo_checkpoint(
         command=tether.command_for([sys.executable, "-m", "training.grpo_job", "--config", str(config_path)]),
         env={"SEEDWHEEL_SEEDS": str(seeds.folder)},  # verifier fixtures resolve against the seeds folder
     )
-    reported = {name: value.value for name, value in invocation.get_materialize_result().metadata.items()}
+    reported = GRPOJobResult.from_metadata(  # raises, naming the key, when the job's result lacks a field
+        {
+            name: getattr(entry, "value", entry)
+            for name, entry in (invocation.get_materialize_result().metadata or {}).items()
+        }
+    )
     steps = [m for m in invocation.get_custom_messages() if m.get("kind") == METRICS_MESSAGE_KIND and "reward" in m]
-    filtered = set(reported["filtered_task_ids"])
+    filtered = set(reported.filtered_task_ids)
     manifest = _record_checkpoint(
         context,
         storage,
         f"grpo-{digest}",
         inputs=("train_tasks", "difficulty_profile", "sft_checkpoint"),
-        checkpoint=str(reported["checkpoint_dir"]),
+        checkpoint=reported.checkpoint_dir,
         start=start,
         base=str(sft_checkpoint.loc[0, "base_model"]),
         tasks=[t for t in records_from_frame(part[list(TASK_FIELDS)]) if t["task_id"] not in filtered],
-        steps=int(reported["steps"]),
-        seconds=float(reported["train_seconds"]),
-        config=job,
-        verifier_versions=reported["verifier_versions"],
+        steps=reported.steps,
+        seconds=reported.train_seconds,
+        config=job.to_mapping(),
+        verifier_versions=reported.verifier_versions,
     )
     return dg.MaterializeResult(
         value=manifest,
         metadata={
-            "checkpoint": dg.MetadataValue.path(str(reported["checkpoint_dir"])),
+            "checkpoint": dg.MetadataValue.path(reported.checkpoint_dir),
             "start_model": start,
-            "steps": int(reported["steps"]),
-            "train_rows": int(reported["train_rows"]),
-            "filtered_rows": int(reported["filtered_rows"]),
+            "steps": reported.steps,
+            "train_rows": reported.train_rows,
+            "filtered_rows": reported.filtered_rows,
             "train_tasks_rows": len(train_tasks),  # the split it was trained from (the corpus_growth sensor reads it)
-            "final_reward_mean": reported["final_reward_mean"],
-            "reward_means": dg.MetadataValue.json(reported["reward_means"]),
-            "verifier_versions": dg.MetadataValue.json(reported["verifier_versions"]),
-            "resumed_from": reported["resumed_from"],
-            "train_seconds": dg.MetadataValue.float(float(reported["train_seconds"])),
+            "final_reward_mean": reported.final_reward_mean,
+            "reward_means": dg.MetadataValue.json(reported.reward_means),
+            "verifier_versions": dg.MetadataValue.json(reported.verifier_versions),
+            "resumed_from": reported.resumed_from or "",
+            "train_seconds": dg.MetadataValue.float(reported.train_seconds),
             # None when train_tasks was never materialized here (written by hand, as tests do).
             "train_tasks_run_id": (manifest.loc[0, "data_versions"].get("train_tasks") or {}).get("run_id"),
             "manifest": dg.MetadataValue.path(str(manifest.loc[0, "manifest"])),
@@ -477,8 +476,9 @@ def _digest(model: str, task_ids: list[str], config: dict[str, Any]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _failed(reasons: list[str]) -> str:
-    return "; ".join(r for r in reasons if not r.endswith(": ok") and not r.startswith("note:")) or "failed"
+def _failed(failures: list[AuditCheck]) -> str:
+    """The failed checks' lines, for the check result's description."""
+    return "; ".join(check.message for check in failures) or "failed"
 
 
 def build_corpus_growth(job: dg.JobDefinition, growth: float | None) -> dg.SensorDefinition:
@@ -486,11 +486,11 @@ def build_corpus_growth(job: dg.JobDefinition, growth: float | None) -> dg.Senso
     (a fraction) since the split the last GRPO checkpoint was trained from, or when there is no checkpoint yet.
 
     It starts switched on when `growth` is given (`SEEDWHEEL_RETRAIN_GROWTH`); otherwise it is off, training
-    runs on demand, and switching it on in the UI uses +20%. Each `train_tasks` materialization triggers at
-    most one run (the run key is its event id), so a tick that repeats, or a split that has not changed, never
-    trains twice.
+    runs on demand, and switching it on in the UI uses +20%. The rule is `training.retrain.retrain_decision`. Each
+    `train_tasks` materialization triggers at most one run (the run key is its event id), so a tick that repeats,
+    or a split that has not changed, never trains twice.
     """
-    threshold = 0.2 if growth is None else growth
+    threshold = DEFAULT_RETRAIN_GROWTH if growth is None else growth
 
     @dg.sensor(
         name="corpus_growth",
@@ -506,17 +506,10 @@ def build_corpus_growth(job: dg.JobDefinition, growth: float | None) -> dg.Senso
         rows = int(split.asset_materialization.metadata["rows"].value)
         [last] = context.instance.fetch_materializations(dg.AssetKey("grpo_checkpoint"), limit=1).records or [None]
         entry = None if last is None else last.asset_materialization.metadata.get("train_tasks_rows")
-        if entry is None:
-            why = f"no checkpoint records the split it came from: training on the {rows} tasks of train_tasks"
-        else:
-            before = int(entry.value)
-            if rows < (1 + threshold) * before:
-                return dg.SkipReason(
-                    f"train_tasks has {rows} rows, the last checkpoint was trained from {before}; "
-                    f"training again at {math.ceil((1 + threshold) * before)} (+{threshold:.0%})"
-                )
-            why = f"train_tasks grew from {before} to {rows} rows since the last checkpoint"
-        context.log.info(why)
-        return dg.RunRequest(run_key=f"train_tasks:{split.storage_id}", tags={"seedwheel/trigger": why})
+        decision = retrain_decision(rows, None if entry is None else int(entry.value), threshold)
+        if not decision.train:
+            return dg.SkipReason(decision.reason)
+        context.log.info(decision.reason)
+        return dg.RunRequest(run_key=f"train_tasks:{split.storage_id}", tags={"seedwheel/trigger": decision.reason})
 
     return corpus_growth

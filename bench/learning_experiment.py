@@ -19,8 +19,8 @@ Then, for both:
 1. **SFT warm-up.** `training.sft.run_sft` on the train tasks' references.
 2. **GRPO.** `training.grpo.run_grpo` from the SFT model, on the exported train split
    (`validators.export.export_split`), rewarded by the tasks' verifiers through the registry.
-3. **Evaluation.** `training.evaluation.sample_and_score` (k samples per eval task), then `evaluate` (pass@1
-   and pass@k with task-bootstrap 95% intervals) and `compare` (paired differences per task).
+3. **Evaluation.** `training.evaluation.sample_and_score` (k samples per eval task), then `training.stats`:
+   `evaluate` (pass@1 and pass@k with task-bootstrap 95% intervals) and `compare` (paired differences per task).
 
 Prints a table, then every figure as one JSON object on the last line. `--quick` is a smoke run of the same
 pipeline (few steps, few samples; its numbers mean nothing).
@@ -47,7 +47,8 @@ sys.path.insert(0, str(REPO))
 from curation.splits import SplitConfig, lineage_leaks, plan_splits  # noqa: E402
 from generators.base import derive_task  # noqa: E402
 from generators.programmatic import generate_variants  # noqa: E402
-from training.evaluation import Comparison, EvalReport, SampledVerdicts, compare, evaluate, sample_and_score  # noqa: E402
+from training.evaluation import SampledVerdicts, sample_and_score  # noqa: E402
+from training.stats import Comparison, EvalReport, compare, evaluate  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
 from validators.tasks import check_tasks, compute_task_id  # noqa: E402
 

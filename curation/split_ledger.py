@@ -45,6 +45,7 @@ from typing import Any
 
 import pandas as pd
 
+from core import SeedwheelError
 from curation.splits import EVAL, TRAIN, SplitConfig, SplitPlan, plan_splits
 from validators.tables import atomic_write, file_lock, read_table, write_table
 from validators.tasks import canonical_json
@@ -57,7 +58,7 @@ LOCK = ".lock"
 LEDGER_COLUMNS = ("root", "side", "seq", "epoch", "how")
 
 
-class SplitLedgerError(ValueError):
+class SplitLedgerError(SeedwheelError, ValueError):
     """The ledger cannot be read or would be broken by an operation; the message names the file and the fix."""
 
 

@@ -60,6 +60,7 @@ from typing import Any
 
 import pandas as pd
 
+from core import SeedwheelError
 from validators.tables import records_from_frame
 
 logger = logging.getLogger(__name__)
@@ -72,11 +73,11 @@ LINEAGE_KINDS = ("seed_id", "failure_id")
 UNSTRATIFIABLE = frozenset({"task_id", "prompt", "verifier", "reference", "lineage", "tags"})
 
 
-class SplitConfigError(ValueError):
+class SplitConfigError(SeedwheelError, ValueError):
     """A `SplitConfig` with an impossible value; the message gives the value and a fix."""
 
 
-class LineageError(ValueError):
+class LineageError(SeedwheelError, ValueError):
     """A task without a lineage root (no `seed_id` and no `failure_id`), or with a malformed lineage."""
 
 
@@ -174,7 +175,7 @@ class SplitPlan:
     summary: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _as_records(tasks: pd.DataFrame | Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _as_records(tasks: pd.DataFrame | Iterable[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
     return records_from_frame(tasks) if isinstance(tasks, pd.DataFrame) else list(tasks)
 
 
@@ -199,8 +200,8 @@ def lineage_ids(task: Mapping[str, Any], row: int | None = None) -> dict[str, st
     if not isinstance(lineage, Mapping):
         where = f"task {task.get('task_id', '?')}" + ("" if row is None else f" (row {row})")
         raise LineageError(
-            f"{where} has lineage {type(lineage).__name__} {str(lineage)[:60]!r}, not a mapping; "
-            "read tables with validators.tables.read_table, which decodes nested columns"
+            f"{where} has lineage {type(lineage).__name__} {str(lineage)[:60]!r}, not a mapping",
+            hint="read tables with validators.tables.read_table, which decodes nested columns",
         )
     return {kind: str(lineage[kind]) for kind in LINEAGE_KINDS if lineage.get(kind) is not None}
 
@@ -246,8 +247,9 @@ def task_roots(tasks: pd.DataFrame | Iterable[Mapping[str, Any]]) -> list[str]:
         if not ids:
             raise LineageError(
                 f"task {task.get('task_id', '?')} (row {row}) has neither lineage.seed_id nor lineage.failure_id, "
-                "so it cannot be kept on its lineage's side; set seed_id to its seed's task_id (its own for a "
-                "seed) or failure_id to the production failure it came from"
+                "so it cannot be kept on its lineage's side",
+                hint="set seed_id to its seed's task_id (its own for a seed) or failure_id to the production failure "
+                "it came from",
             )
         nodes = list(ids.items())
         groups.find(nodes[0])  # registers a lone id as its own group

@@ -61,14 +61,14 @@ preview of the line; both are redacted (the whole line, then cut to the preview)
 
 ## Redaction and names
 
-See `failures.redaction` for every rule, its placeholder and the measured entropy threshold. Names
-are redacted only through a pluggable `NameDetector`: no maintained PII library finds names offline with what
-PyPI alone provides (Presidio needs a spaCy model, and spaCy's models are published on GitHub, not PyPI), so by
-default names are kept. `PresidioNameDetector` works where Presidio and a spaCy model are installed;
-`KnownNamesDetector` redacts names you already know.
+See `failures.redaction` for every rule, its placeholder and the measured entropy threshold. Names are
+redacted only through a pluggable `NameDetector` (`failures.names`): no maintained PII library finds names
+offline with what PyPI alone provides (Presidio needs a spaCy model, and spaCy's models are published on
+GitHub, not PyPI), so by default names are kept. `PresidioNameDetector` works where Presidio and a spaCy
+model are installed; `KnownNamesDetector` redacts names you already know.
 """
 
-from failures.batch import FailureBatch, process_failure_log
+from failures.batch import FailureBatch, derive_failure_tasks, process_failure_log
 from failures.derive import (
     FAMILY_VERIFIERS,
     UNKNOWN_FAMILY,
@@ -87,12 +87,9 @@ from failures.log import (
     ParseLimits,
     parse_failure_log,
 )
+from failures.names import KnownNamesDetector, NameDetector, NameDetectorUnavailableError, PresidioNameDetector
 from failures.redaction import (
     KINDS,
-    KnownNamesDetector,
-    NameDetector,
-    NameDetectorUnavailableError,
-    PresidioNameDetector,
     RedactionConfig,
     RedactionReport,
     is_card_number,
@@ -122,6 +119,7 @@ __all__ = [
     "RedactionConfig",
     "RedactionReport",
     "UnredactedRecordError",
+    "derive_failure_tasks",
     "failure_task",
     "infer_family",
     "is_card_number",

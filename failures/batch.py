@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,42 @@ def process_failure_log(
         derived = failure_task(record, context=context)
         if derived.task is not None:
             batch.tasks.append(derived.task)
-        else:
+        elif derived.review is not None:  # exactly one of the two is set
             batch.review.append(derived.review)
     return batch
+
+
+def derive_failure_tasks(
+    records: Iterable[Mapping[str, Any]], *, context: VerifyContext | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Candidate tasks and review items from stored (redacted) failure records, e.g. every file's `failure_logs`.
+
+    Each record becomes a task when a verifier can be derived from it (`failure_task`), else a review item. The
+    same failure logged twice (in two files, or a line sent again) gives the same task_id and is one task: the
+    last one read, in the place of the first.
+
+    Args:
+        records: redacted failure records (`redact` output).
+        context: where SQLite fixtures of derived sql tasks resolve (the seeds folder).
+
+    Returns:
+        `(tasks, review items)`, in record order.
+
+    Raises:
+        UnredactedRecordError: a record was never redacted.
+
+    Example:
+        >>> batch = process_failure_log(['{"messages": [{"role": "user", "content": "2+2?"}], "output": "5"}'])
+        >>> tasks, review = derive_failure_tasks(batch.records)
+        >>> len(tasks), [item["reason_code"] for item in review]
+        (0, ['no_expected'])
+    """
+    tasks: dict[str, dict[str, Any]] = {}
+    review: list[dict[str, Any]] = []
+    for record in records:
+        derived = failure_task(record, context=context)
+        if derived.task is not None:
+            tasks[derived.task["task_id"]] = derived.task
+        elif derived.review is not None:  # exactly one of the two is set
+            review.append(derived.review)
+    return list(tasks.values()), review

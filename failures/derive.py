@@ -46,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from core import SeedwheelError
 from validators.registry import REGISTRY, VerifyContext
 from validators.tasks import compute_task_id, task_problems
 from validators.verifiers.numeric import NumberFormatError, parse_number
@@ -70,7 +71,7 @@ _ROLES = {"developer": "system", "function": "tool"}
 _COMMENT_CHARS = 240
 
 
-class UnredactedRecordError(ValueError):
+class UnredactedRecordError(SeedwheelError, ValueError):
     """A failure record that has not been through `redact`: nothing derived from it may be stored."""
 
 
@@ -87,7 +88,7 @@ class Derived:
         return self.task is not None
 
 
-class _NoVerifier(ValueError):
+class _NoVerifier(SeedwheelError, ValueError):
     """No verifier can be derived; `code` names why (the message says it in full)."""
 
     def __init__(self, code: str, reason: str):

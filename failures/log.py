@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from core import SeedwheelError
 from failures.redaction import RedactionConfig, redact_text
 from validators.extract import loads_strict
 from validators.pointers import json_pointer
@@ -128,7 +129,7 @@ class ParsedLog:
     rejects: list[FailureReject] = field(default_factory=list)
 
 
-class _LineError(ValueError):
+class _LineError(SeedwheelError, ValueError):
     """One thing wrong with a line: a reason code, where (a JSON pointer), what, and how to fix it."""
 
     def __init__(self, code: str, pointer: str, message: str, fix: str):
@@ -227,8 +228,8 @@ def _parse_lines(
             continue
         text = line
         try:
-            if isinstance(line, bytes):
-                text = _decode(line)
+            if isinstance(text, bytes):
+                text = _decode(text)
             if number == 1:
                 text = text.removeprefix("\ufeff")
             if not text.strip():

@@ -76,13 +76,9 @@ their own rules above, whatever their entropy.
   called `password` keeps its `{"type": "string"}`.
 
 **Names.** Regular expressions cannot find names. A `NameDetector` (anything with `find_names(text)`
-returning `(start, end)` spans) plugs in through `RedactionConfig(name_detector=...)`. Two ship:
-`KnownNamesDetector` (names you already know, e.g. your users' display names) and `PresidioNameDetector`
-(Microsoft Presidio's spaCy NER, used only where `presidio-analyzer` and a spaCy English pipeline are
-installed). Presidio itself installs from PyPI, but spaCy's models do not (`pip download en-core-web-sm`
-finds nothing; they are published on GitHub, and Presidio downloads `en_core_web_lg` from there at start-up
-when it is missing), so offline, without a mirrored model wheel, no name detection runs and names are kept.
-`RedactionConfig()` has no name detector by default.
+returning `(start, end)` spans; `failures.names`, which ships `KnownNamesDetector` and `PresidioNameDetector`)
+plugs in through `RedactionConfig(name_detector=...)`; each span it finds becomes `[NAME]`.
+`RedactionConfig()` has no name detector by default, so names are kept.
 """
 
 from __future__ import annotations
@@ -93,9 +89,11 @@ import ipaddress
 import itertools
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
+
+from failures.names import NameDetector
 
 EMAIL = "EMAIL"
 PHONE = "PHONE"
@@ -106,19 +104,6 @@ SECRET = "SECRET"
 NAME = "NAME"
 KINDS = (EMAIL, PHONE, CREDIT_CARD, IP, API_KEY, SECRET, NAME)
 PLACEHOLDER = re.compile(r"\[(?:" + "|".join(KINDS) + r")\]")
-
-
-@runtime_checkable
-class NameDetector(Protocol):
-    """Finds people's names in text: `find_names(text)` returns `(start, end)` character spans."""
-
-    def find_names(self, text: str) -> Iterable[tuple[int, int]]:
-        """Spans of `text` that are people's names (overlapping or out-of-range spans are ignored)."""
-        ...
-
-
-class NameDetectorUnavailableError(ImportError):
-    """A name detector cannot run here (a package or model is missing); the message says what to install."""
 
 
 @dataclass(frozen=True)
@@ -657,81 +642,3 @@ def redact(record: Mapping[str, Any], config: RedactionConfig | None = None) -> 
     previous = record.get("redaction")
     clean["redaction"] = _add_counts(previous if isinstance(previous, Mapping) else {}, report.counts)
     return clean, report
-
-
-class KnownNamesDetector:
-    """Finds given names as whole words, case-insensitively (e.g. the display names of your app's users).
-
-    Args:
-        names: names to find; a full name matches only in full, so list first and last names separately to
-            catch each alone.
-
-    Raises:
-        ValueError: no non-empty name given.
-
-    Example:
-        >>> redact_text("Thanks, Ann Lee!", RedactionConfig(name_detector=KnownNamesDetector(["Ann Lee"])))[0]
-        'Thanks, [NAME]!'
-    """
-
-    def __init__(self, names: Iterable[str]):
-        cleaned = sorted({name.strip() for name in names if name and name.strip()}, key=len, reverse=True)
-        if not cleaned:
-            raise ValueError("KnownNamesDetector needs at least one non-empty name")
-        self._pattern = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, cleaned)) + r")(?!\w)", re.IGNORECASE)
-
-    def find_names(self, text: str) -> list[tuple[int, int]]:
-        """Spans of the known names in `text`."""
-        return [match.span() for match in self._pattern.finditer(text)]
-
-
-class PresidioNameDetector:
-    """People's names found by Microsoft Presidio's analyzer (spaCy NER), where Presidio and a model are installed.
-
-    Construction checks both and never triggers Presidio's download of a missing spaCy model (it would fetch it
-    from GitHub at start-up): a missing package or model raises `NameDetectorUnavailableError` saying what to
-    install.
-
-    Args:
-        model: the installed spaCy pipeline package to use.
-        language: its language code.
-        min_score: lowest Presidio confidence that counts as a name.
-
-    Raises:
-        NameDetectorUnavailableError: `presidio-analyzer`/`spacy` or the spaCy model is not installed.
-
-    Example:
-        >>> try:
-        ...     config = RedactionConfig(name_detector=PresidioNameDetector())
-        ... except NameDetectorUnavailableError:
-        ...     config = RedactionConfig()  # no NER here: names are kept
-    """
-
-    def __init__(self, model: str = "en_core_web_lg", *, language: str = "en", min_score: float = 0.6):
-        try:
-            import spacy.util
-            from presidio_analyzer import AnalyzerEngine
-            from presidio_analyzer.nlp_engine import NlpEngineProvider
-        except ImportError as exc:
-            raise NameDetectorUnavailableError(
-                f"PresidioNameDetector needs presidio-analyzer and spaCy ({exc.name} is missing): "
-                f"pip install presidio-analyzer, then install the spaCy pipeline {model} from a wheel you mirror "
-                "(spaCy's models are not on PyPI)"
-            ) from exc
-        if not spacy.util.is_package(model):
-            raise NameDetectorUnavailableError(
-                f"the spaCy pipeline {model} is not installed, and Presidio would download it from GitHub; "
-                f"install its wheel (pip install /path/to/{model}-<version>-py3-none-any.whl) or pass model= "
-                "an installed pipeline"
-            )
-        provider = NlpEngineProvider(
-            nlp_configuration={"nlp_engine_name": "spacy", "models": [{"lang_code": language, "model_name": model}]}
-        )
-        self._analyzer = AnalyzerEngine(nlp_engine=provider.create_engine(), supported_languages=[language])
-        self._language = language
-        self._min_score = min_score
-
-    def find_names(self, text: str) -> list[tuple[int, int]]:
-        """Spans Presidio labels PERSON with at least `min_score`."""
-        results = self._analyzer.analyze(text=text, entities=["PERSON"], language=self._language)
-        return [(r.start, r.end) for r in results if r.score >= self._min_score]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from validators.records import ChatMessage, GeneratorSpec, TaskRecord, VerifierSpec
 from validators.tasks import canonical_json, compute_task_id
 
 
@@ -23,7 +24,7 @@ from validators.tasks import canonical_json, compute_task_id
 class GenerationResult:
     """Variants made from one or more parents, and the attempts that were rejected (with a reason code)."""
 
-    tasks: list[dict[str, Any]] = field(default_factory=list)
+    tasks: list[TaskRecord] = field(default_factory=list)
     rejects: list[dict[str, Any]] = field(default_factory=list)
 
     def extend(self, other: GenerationResult) -> None:
@@ -58,7 +59,7 @@ class Generator(ABC):
         material = f"{self.name}:{self.version}:{parent['task_id']}:{random_seed}".encode()
         return random.Random(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"))
 
-    def spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def spec(self, params: Mapping[str, Any]) -> GeneratorSpec:
         """The `lineage.generator` entry for a variant made with `params`."""
         return {"name": self.name, "version": self.version, "params": dict(params)}
 
@@ -99,13 +100,13 @@ def last_user_index(prompt: Sequence[Mapping[str, Any]]) -> int | None:
 def derive_task(
     parent: Mapping[str, Any],
     *,
-    prompt: list[dict[str, str]],
+    prompt: Sequence[Mapping[str, Any]],
     verifier_params: Mapping[str, Any],
     reference: str | None,
-    generator: Mapping[str, Any],
+    generator: GeneratorSpec,
     difficulty: int | None = None,
     tags: list[str] | None = None,
-) -> dict[str, Any]:
+) -> TaskRecord:
     """A variant's task record: the parent's family and verifier with new prompt, params and reference.
 
     Args:
@@ -129,18 +130,23 @@ def derive_task(
         >>> variant["lineage"]["parent_id"] == seed["task_id"], variant["lineage"]["source"]
         (True, 'generated')
     """
-    verifier = {**parent["verifier"], "params": dict(verifier_params)}
-    task_id = compute_task_id(prompt, verifier)
+    messages: list[ChatMessage] = [{"role": m["role"], "content": m["content"]} for m in prompt]
+    verifier: VerifierSpec = {
+        "name": parent["verifier"]["name"],
+        "version": parent["verifier"]["version"],
+        "params": dict(verifier_params),
+    }
+    task_id = compute_task_id(messages, verifier)
     return {
         "task_id": task_id,
         "family": parent["family"],
-        "prompt": prompt,
+        "prompt": messages,
         "verifier": verifier,
         "reference": reference,
         "lineage": {
             "seed_id": parent["lineage"]["seed_id"],
             "parent_id": parent["task_id"],
-            "generator": dict(generator),
+            "generator": generator.copy(),
             "source": "generated",
             "failure_id": parent["lineage"].get("failure_id"),
         },

@@ -53,6 +53,7 @@ from generators.base import GenerationResult, Generator, derive_task, last_user_
 from llm import ChatRequest, ChatResult, LLMClient
 from llm.prompts import data_tag
 from validators.json_answer import parse_json_response
+from validators.records import TaskRecord
 from validators.verifiers.numeric import NumberFormatError, parse_number
 
 Progress = Callable[[int, int], None]
@@ -384,7 +385,7 @@ class LLMRewriter(Generator):
 
     def format_output(
         self, parent: Mapping[str, Any], kind: str, result: ChatResult, *, params: Mapping[str, Any]
-    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    ) -> tuple[TaskRecord | None, dict[str, Any] | None]:
         """format_output: a variant `(task, None)` or a reject `(None, row)` from one answer; never raises.
 
         Args:

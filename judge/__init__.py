@@ -19,7 +19,8 @@ passed, reasons = check(calibrate(audit.judgments, audit_labels(items)), Calibra
 
 Modules: `rubric` (criteria, acceptance rule, answer schema), `prompt` (the judge's messages), `parse` (answer
 -> scores or an error code), `run` (`judge_tasks`), `calibration` (audit set, agreement, self-consistency, floors),
-`history` (which setup judged last, and what changed since), `report` (score counts, worst tasks, a summary).
+`history` (which setup judged last, and what changed since), `labels` (the label columns of a task table),
+`report` (score counts, worst tasks, a summary).
 Pure Python: no Dagster here.
 """
 
@@ -32,12 +33,14 @@ from judge.calibration import (
     Consistency,
     audit_labels,
     calibrate,
+    calibration_sample,
     check,
     cohen_kappa,
     load_audit_set,
     self_consistency,
 )
 from judge.history import JudgeHistoryError, JudgeSetup, describe_change, load_setup, save_setup
+from judge.labels import LABEL_COLUMNS, label_rows
 from judge.parse import PARSE_ERRORS, ParsedAnswer, parse_judgment
 from judge.prompt import (
     FAMILY_DESCRIPTIONS,
@@ -59,14 +62,18 @@ from judge.rubric import (
     response_schema,
 )
 from judge.run import (
+    JUDGMENT_VERDICTS,
     LABEL_PARAMS,
     LLM_ERROR,
+    NOT_JUDGED,
     VERDICTS,
     JudgeInputError,
     JudgeRun,
     JudgeStats,
     Judgment,
+    JudgmentVerdict,
     TokenPrices,
+    Verdict,
     judge_tasks,
 )
 
@@ -75,8 +82,11 @@ __all__ = [
     "DEFAULT_RULE",
     "FAMILY_DESCRIPTIONS",
     "JUDGE_TEMPLATE_VERSION",
+    "JUDGMENT_VERDICTS",
+    "LABEL_COLUMNS",
     "LABEL_PARAMS",
     "LLM_ERROR",
+    "NOT_JUDGED",
     "PARSE_ERRORS",
     "REPAIR_TEMPLATE_VERSION",
     "VERDICTS",
@@ -95,18 +105,22 @@ __all__ = [
     "JudgeSetup",
     "JudgeStats",
     "Judgment",
+    "JudgmentVerdict",
     "ParsedAnswer",
     "Rubric",
     "TokenPrices",
+    "Verdict",
     "accept_rate",
     "audit_labels",
     "calibrate",
+    "calibration_sample",
     "check",
     "cohen_kappa",
     "describe_change",
     "format_summary",
     "judge_messages",
     "judge_tasks",
+    "label_rows",
     "load_audit_set",
     "load_setup",
     "lowest_score_counts",

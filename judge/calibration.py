@@ -35,7 +35,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from judge.run import VERDICTS, Judgment
+from core import SeedwheelError
+from judge.run import JUDGMENT_VERDICTS, Judgment
 
 HUMAN_LABELS = ("accept", "reject")
 # The judge's files in an audit folder; `seeds/audit/` also holds other labelled sets (the reward audit's).
@@ -46,7 +47,7 @@ _HUMAN_KEYS = {"accept", "reason"}
 _ROLES = {"system", "user", "assistant"}
 
 
-class AuditSetError(ValueError):
+class AuditSetError(SeedwheelError, ValueError):
     """An audit set file that cannot be used; `problems` holds every `path:line: problem - fix` line."""
 
     def __init__(self, problems: Sequence[str]):
@@ -54,7 +55,7 @@ class AuditSetError(ValueError):
         super().__init__(f"{len(self.problems)} problem(s) in the audit set:\n" + "\n".join(self.problems))
 
 
-class CalibrationInputError(ValueError):
+class CalibrationInputError(SeedwheelError, ValueError):
     """Judgments and labels that do not match up (a judgment without a label, a label never judged)."""
 
 
@@ -181,7 +182,7 @@ def _read_item(line: str, where: str) -> tuple[AuditItem | None, list[str]]:
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         problems.append("'tags' must be a list of strings - e.g. [\"wrong_reference\"]")
         tags = []
-    if problems:
+    if problems or not isinstance(item_id, str):  # a bad id is one of the problems
         return None, problems
     item = AuditItem(
         id=item_id,
@@ -237,6 +238,35 @@ def audit_labels(items: Iterable[AuditItem]) -> dict[str, bool]:
     return {item.id: item.accept for item in items}
 
 
+def calibration_sample(items: Iterable[AuditItem], per_family: int | None) -> list[AuditItem]:
+    """The audit items a calibration run judges: all of them, or about `per_family` of each family, split evenly
+    between the human accepts and rejects (`per_family // 2` of each, at least one), so both verdicts stay
+    represented; the first ones by id, returned in id order.
+
+    Args:
+        items: the audit set (`load_audit_set`).
+        per_family: items per family, or None for every item.
+
+    Returns:
+        The chosen items, sorted by id.
+
+    Example:
+        >>> items = [AuditItem(f"a{i}", "sql", (), None, i % 2 == 0, "") for i in range(6)]
+        >>> [item.id for item in calibration_sample(items, 2)]
+        ['a0', 'a1']
+    """
+    items = list(items)
+    if per_family is None:
+        return items
+    taken: Counter[tuple[str, bool]] = Counter()
+    chosen = []
+    for item in sorted(items, key=lambda i: (i.family, not i.accept, i.id)):
+        if taken[(item.family, item.accept)] < max(1, per_family // 2):
+            taken[(item.family, item.accept)] += 1
+            chosen.append(item)
+    return sorted(chosen, key=lambda i: i.id)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Agreement between judge and human labels (definitions in the module doc).
@@ -282,7 +312,7 @@ class Calibration:
         """The confusion table as aligned text (judge verdicts down, human labels across)."""
         corner = "judge \\ human"
         lines = [f"{corner:<14}{'accept':>8}{'reject':>8}{'total':>8}"]
-        for judge in VERDICTS:
+        for judge in JUDGMENT_VERDICTS:
             row = self.confusion[judge]
             lines.append(f"{judge:<14}{row['accept']:>8}{row['reject']:>8}{sum(row.values()):>8}")
         lines.append(f"{'total':<14}{self.counts['human_accept']:>8}{self.counts['human_reject']:>8}{self.rows:>8}")
@@ -338,7 +368,7 @@ def calibrate(judgments: Iterable[Judgment], labels: Mapping[str, bool]) -> Cali
         >>> calibration.kappa  # doctest: +SKIP
         0.72
     """
-    confusion = {judge: dict.fromkeys(HUMAN_LABELS, 0) for judge in VERDICTS}
+    confusion: dict[str, dict[str, int]] = {judge: dict.fromkeys(HUMAN_LABELS, 0) for judge in JUDGMENT_VERDICTS}
     judged: set[str] = set()
     disagreements = []
     unlabelled = []

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from core import SeedwheelError
 from judge.prompt import JudgePrompt
 from llm import EndpointConfig
 from validators.tables import atomic_write
@@ -28,7 +29,7 @@ from validators.tables import atomic_write
 STATE_FORMAT = 1
 
 
-class JudgeHistoryError(ValueError):
+class JudgeHistoryError(SeedwheelError, ValueError):
     """A saved judge setup that cannot be read; the message names the file and the fix."""
 
 

@@ -164,7 +164,7 @@ def parse_judgment(text: str | None, rubric: Rubric, *, finish_reason: str | Non
         problems.append(f"outside {SCORE_MIN}-{SCORE_MAX}: {'; '.join(out_of_range)}")
     if not isinstance(rationale, str):
         problems.append(f"{RATIONALE} is {'missing' if rationale is None else _show(rationale)}, not a string")
-    if problems:
+    if problems or not isinstance(rationale, str):  # a rationale that is not a string is one of the problems
         # The code names the first kind of problem; the detail lists them all, so one repair can fix them all.
         kinds = (("missing_criteria", missing), ("bad_score", bad), ("score_out_of_range", out_of_range))
         code = next((kind for kind, found in kinds if found), "bad_rationale")

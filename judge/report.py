@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from judge.rubric import SCORES, Rubric
-from judge.run import VERDICTS, JudgeRun, Judgment
+from judge.run import JUDGMENT_VERDICTS, JudgeRun, Judgment
 
 RATIONALE_CHARS = 200
 
@@ -73,7 +73,7 @@ def format_summary(run: JudgeRun, rubric: Rubric, family_of: Mapping[str, str], 
     lines = [
         f"judged {stats.tasks} tasks ({stats.judgments} judgments) with rubric {run.setup.rubric}, "
         f"model {run.setup.model}",
-        "verdicts: " + ", ".join(f"{v} {verdicts[v]}" for v in VERDICTS),
+        "verdicts: " + ", ".join(f"{v} {verdicts[v]}" for v in JUDGMENT_VERDICTS),
         f"accept rate: {accept_rate(judgments):.1%} ({verdicts['accept']}/{len(judgments)})",
     ]
     by_family: dict[str, list[Judgment]] = {}
@@ -87,13 +87,13 @@ def format_summary(run: JudgeRun, rubric: Rubric, family_of: Mapping[str, str], 
         )
     )
     if stats.errors:
-        failed: dict[str, list[str]] = {}
+        failed_ids: dict[str, list[str]] = {}
         for j in judgments:
             if j.error is not None:
-                failed.setdefault(j.error, []).append(j.task_id)
+                failed_ids.setdefault(j.error, []).append(j.task_id)
         lines.append(
             "judge errors: "
-            + ", ".join(f"{code} {n} ({_ids(failed[code])})" for code, n in stats.errors.most_common())
+            + ", ".join(f"{code} {n} ({_ids(failed_ids[code])})" for code, n in stats.errors.most_common())
         )
     width = max(len("criterion"), *(len(name) for name in rubric.names))
     lines.append("")

@@ -20,8 +20,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from core import SeedwheelError
 from judge.history import JudgeSetup
 from judge.parse import ParsedAnswer, parse_judgment
 from judge.prompt import JudgePrompt
@@ -31,15 +32,20 @@ from llm import ChatRequest, ChatResult, LLMClient
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
-Verdict = Literal["accept", "reject", "judge_error"]
-VERDICTS: tuple[Verdict, ...] = ("accept", "reject", "judge_error")
+# What one judgment says; a task's `judge_verdict` label is one of these, or `not_judged` when no judgment covers it
+# (over `max_per_family`). `Verdict` is the one closed set of labels, `VERDICTS` its values in order.
+JudgmentVerdict = Literal["accept", "reject", "judge_error"]
+Verdict = Literal[JudgmentVerdict, "not_judged"]
+JUDGMENT_VERDICTS: tuple[JudgmentVerdict, ...] = get_args(JudgmentVerdict)
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+NOT_JUDGED: Verdict = "not_judged"
 LLM_ERROR = "llm_error"
 # Generation params for labelling runs (the pipeline's `judged_tasks`, `seedwheel judge`): greedy, so a label can
 # be reproduced, and the same for both, so they share cached judgments.
 LABEL_PARAMS: Mapping[str, Any] = MappingProxyType({"temperature": 0.0})
 
 
-class JudgeInputError(ValueError):
+class JudgeInputError(SeedwheelError, ValueError):
     """A task the judge cannot build a prompt from; the message names its position, its id and the fix."""
 
 
@@ -107,7 +113,7 @@ class Judgment:
     tokens_out: int
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> JudgmentVerdict:
         """`accept`, `reject` or `judge_error`."""
         if self.accepted is None:
             return "judge_error"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from llm.cache import LLMCache
 from llm.client import LLMClient
-from llm.types import EndpointConfig
+from llm.types import EndpointConfig, EndpointConfigError
 
 # The base URL of a local server before it runs: any loopback URL will do, since a loopback endpoint is cached
 # without its port (`EndpointConfig.endpoint_id`) and the server's real URL replaces it when it starts.
@@ -56,7 +56,7 @@ class Endpoint:
         api_key: str | None = None,
     ) -> None:
         if local_server is not None and not config.is_loopback:
-            raise ValueError(
+            raise EndpointConfigError(
                 f"base_url {config.base_url!r} is not on this machine, but a local server was given: use "
                 f"base_url={LOCAL_PLACEHOLDER_URL!r} for a server started here, or drop local_server"
             )

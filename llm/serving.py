@@ -49,6 +49,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from core import SeedwheelError
 from llm import tether
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ _LIVE_SERVERS: set[ModelServer] = set()
 _atexit_registered = False
 
 
-class ModelServerError(RuntimeError):
+class ModelServerError(SeedwheelError, RuntimeError):
     """The model server could not start, died, or did not become ready in time.
 
     Attributes:
@@ -108,7 +109,7 @@ class ModelServerError(RuntimeError):
         self.log_tail = log_tail
 
 
-class MissingServingDependencyError(ImportError):
+class MissingServingDependencyError(SeedwheelError, ImportError):
     """The backend's package is not installed; the message names the extra to install."""
 
 
@@ -261,7 +262,7 @@ class ModelServer:
                 f"Model directory {self.model} does not exist. Build one with "
                 "training.tiny_model.build_tiny_model(...), or pass an existing directory or a model id."
             )
-        if self._fixed_port and not _port_is_free(self.host, self.port):
+        if self._fixed_port and self.port is not None and not _port_is_free(self.host, self.port):
             # Checked first, or the health probe could get its 200 from whatever already listens there.
             raise ModelServerError(f"Port {self.port} on {self.host} is already in use; pass another port or None.")
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 import jsonschema
 
+from core import SeedwheelError
+
 # Per-request overrides a ChatRequest may give; anything else is a typo or a param this client does not send.
 PARAM_NAMES = ("temperature", "max_tokens", "seed", "top_p", "stop")
 _PARAM_SET = frozenset(PARAM_NAMES)
@@ -27,19 +29,23 @@ LOOPBACK_DUMMY_KEY = "sk-no-key-required"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class MissingAPIKey(ValueError):
+class EndpointConfigError(SeedwheelError, ValueError):
+    """An `EndpointConfig` (or `Endpoint`) with an impossible value; the message gives the value and the fix."""
+
+
+class MissingAPIKey(SeedwheelError, ValueError):
     """The endpoint is not on this machine and the environment variable meant to hold its key is unset."""
 
 
-class CallBudgetExceeded(ValueError):
+class CallBudgetExceeded(SeedwheelError, ValueError):
     """A batch needed more endpoint calls than `max_calls` allows; the calls made are cached."""
 
 
-class EndpointRejected(ValueError):
+class EndpointRejected(SeedwheelError, ValueError):
     """The endpoint refused the client itself (401/403/404): every request would fail the same way."""
 
 
-class EndpointUnavailable(ConnectionError):
+class EndpointUnavailable(SeedwheelError, ConnectionError):
     """Requests could not reach the endpoint at all (refused, unreachable, dropped), even after retries."""
 
 
@@ -104,15 +110,15 @@ class EndpointConfig:
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
+            raise EndpointConfigError(
                 f"base_url ({self.base_url!r}) must be an http(s) URL with a host, "
                 "e.g. 'http://127.0.0.1:8000/v1' or 'https://api.openai.com/v1'"
             )
         if not self.model.strip():
-            raise ValueError("model is empty: give the model name the endpoint serves (see its /v1/models)")
+            raise EndpointConfigError("model is empty: give the model name the endpoint serves (see its /v1/models)")
         if not _ENV_NAME.match(self.api_key_env):
             # A key pasted here by mistake must not end up in an error message either.
-            raise ValueError(
+            raise EndpointConfigError(
                 "api_key_env must be the NAME of an environment variable (e.g. 'OPENAI_API_KEY'), not the key; "
                 "export the key in that variable"
             )
@@ -377,4 +383,4 @@ class LLMStats:
 
 def _check(condition: bool, message: str) -> None:
     if not condition:
-        raise ValueError(message)
+        raise EndpointConfigError(message)

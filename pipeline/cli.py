@@ -2,28 +2,56 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import click
 
+from core import SeedwheelError
 from pipeline.settings import PROFILES, Settings
 
 UI_HOST = "127.0.0.1"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@contextlib.contextmanager
+def seedwheel_errors(*, usage: bool = False) -> Iterator[None]:
+    """A `SeedwheelError` as click's error: its message and hint, no traceback (a context manager or decorator).
+
+    Exit 1 (`click.ClickException`); with `usage=True`, exit 2 and the command's usage line (`click.UsageError`),
+    for commands whose errors are about the arguments given (a bad file, a selection that matches nothing).
+    """
+    try:
+        yield
+    except SeedwheelError as exc:
+        raise (click.UsageError if usage else click.ClickException)(str(exc)) from exc
+
+
+class _Commands(click.Group):
+    """The `seedwheel` group: every subcommand's `SeedwheelError` ends as a one-line error, exit 1."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        with seedwheel_errors():
+            return super().invoke(ctx)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """seedwheel: the data flywheel for RL from verifiable rewards, as a Dagster project."""
 
 
 @main.command()
 @click.option("--profile", type=click.Choice(PROFILES), help="Default: $SEEDWHEEL_PROFILE, else quickstart.")
-@click.option("--select", default=None, help="Dagster asset selection, e.g. 'seed_tasks+' or 'group:seeds'.")
+@click.option(
+    "--select",
+    default=None,
+    help="Asset selection, comma-separated as `dagster asset materialize` reads it, e.g. 'seed_tasks+', "
+    "'group:seeds' or 'seed_tasks,task_variants'.",
+)
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
 @click.option(
     "--executor",
@@ -32,16 +60,14 @@ def main() -> None:
     show_default=True,
     help="multiprocess: a process per step, two at a time (as `dagster dev` runs them).",
 )
+@seedwheel_errors(usage=True)
 def run(profile: str | None, select: str | None, home: Path | None, executor: str) -> None:
     """Materialize the asset graph (recorded in the Dagster instance, visible in the UI)."""
     from pipeline.runs import materialize  # Dagster loads slowly; keep `seedwheel --help` fast
 
     settings = Settings.from_env(profile=profile, home=home)
     click.echo(f"seedwheel run: profile={settings.profile} storage={settings.home}")
-    try:
-        summary = materialize(settings, select, executor=executor)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+    summary = materialize(settings, select, executor=executor)
     click.echo(f"\nrun {summary.run_id}: {'succeeded' if summary.success else 'FAILED'}")
     click.echo(f"{'asset':<28} {'rows':>8}  path")
     for asset in summary.assets:
@@ -70,6 +96,7 @@ def seeds() -> None:
 
 @seeds.command("validate")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@seedwheel_errors(usage=True)
 def seeds_validate(paths: tuple[Path, ...]) -> None:
     """Check seed files (default: the seeds folder); one line per problem, exit 1 if any."""
     from validators.registry import VerifyContext
@@ -97,22 +124,20 @@ def seeds_validate(paths: tuple[Path, ...]) -> None:
 @click.argument("tasks", type=click.Path(exists=True, path_type=Path))
 @click.argument("completions", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Verdicts file; default stdout.")
+@seedwheel_errors(usage=True)
 def verify(tasks: Path, completions: Path, output: Path | None) -> None:
     """Score saved completions with their tasks' verifiers: one JSONL verdict per row, then a summary.
 
     TASKS is a JSONL of task records, a Parquet table from the pipeline, or seed files (a folder or a .yaml).
     COMPLETIONS is a JSONL of {"task_id", "completion"} rows.
     """
-    from validators.audit import AuditInputError, audit, format_summary
+    from validators.audit import audit, format_summary
     from validators.registry import VerifyContext
     from validators.tables import write_jsonl
 
     settings = Settings.from_env()
     settings.register_verifier_plugins()
-    try:
-        report = audit(tasks, completions, context=VerifyContext(seeds_dir=settings.seeds_dir))
-    except AuditInputError as exc:
-        raise click.UsageError(str(exc)) from exc
+    report = audit(tasks, completions, context=VerifyContext(seeds_dir=settings.seeds_dir))
     if output is None:
         for row in report.rows:
             click.echo(json.dumps(row, ensure_ascii=False))
@@ -126,20 +151,18 @@ def verify(tasks: Path, completions: Path, output: Path | None) -> None:
 @click.option("--text-field", default="text", show_default=True, help="Field with the text; dotted for nested.")
 @click.option("--threshold", type=float, default=None, help="Near-duplicate Jaccard threshold (default: measured).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Default: INPUT.dedup.jsonl.")
+@seedwheel_errors(usage=True)
 def dedup(input_path: Path, text_field: str, threshold: float | None, output: Path | None) -> None:
     """Label exact and near duplicates in any JSONL file (the pipeline's dedup, on your own corpus).
 
     Every input row is written, in input order, with `is_duplicate`, `cluster_id` and `duplicate_of` (the
     0-based input line of the kept row, or null).
     """
-    from curation.dedup import DedupConfigError, DedupInputError, MinHashConfig, dedup_jsonl
+    from curation.dedup import MinHashConfig, dedup_jsonl
 
     output = output or input_path.with_suffix(".dedup.jsonl")
-    try:
-        config = MinHashConfig() if threshold is None else MinHashConfig(threshold=threshold)
-        summary = dedup_jsonl(input_path, output, text_field=text_field, config=config)
-    except (DedupConfigError, DedupInputError) as exc:
-        raise click.UsageError(str(exc)) from exc
+    config = MinHashConfig() if threshold is None else MinHashConfig(threshold=threshold)
+    summary = dedup_jsonl(input_path, output, text_field=text_field, config=config)
     click.echo(
         f"{summary.rows} rows, {summary.duplicates} duplicates ({summary.exact_duplicates} exact, "
         f"{summary.near_duplicates} near) with {summary.config}, in {summary.seconds:.2f} s -> {output}",
@@ -182,11 +205,8 @@ def judge(
     rationale, and the calls made versus answered from the cache.
     """
     from judge import DEFAULT_RUBRIC, LABEL_PARAMS, JudgeInputError, format_summary, judge_tasks
-    from llm import CallBudgetExceeded, EndpointRejected, EndpointUnavailable, MissingAPIKey
-    from llm.serving import MissingServingDependencyError, ModelServerError
     from pipeline.definitions import build_definitions  # Dagster loads slowly; keep `seedwheel --help` fast
-    from training.tiny_model import TinyModelError
-    from validators.audit import AuditInputError, load_tasks
+    from validators.audit import load_tasks
     from validators.registry import VerifyContext
     from validators.tables import frame_from_records, write_jsonl, write_table
 
@@ -196,10 +216,7 @@ def judge(
     overrides = {"llm_base_url": base_url, "llm_model": model}
     settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
     settings.register_verifier_plugins()
-    try:
-        tasks = list(load_tasks(tasks_path, context=VerifyContext(seeds_dir=settings.seeds_dir)).values())
-    except AuditInputError as exc:
-        raise click.ClickException(str(exc)) from exc
+    tasks = list(load_tasks(tasks_path, context=VerifyContext(seeds_dir=settings.seeds_dir)).values())
     if not tasks:
         raise click.ClickException(f"{tasks_path}: no tasks to judge; give a file with at least one task record")
     tasks = tasks[:max_tasks]
@@ -207,28 +224,16 @@ def judge(
     llm, policy = resources["llm"], resources["judge"]
     if concurrency is not None:
         llm = type(llm)(**{**llm.model_dump(), "max_concurrency": concurrency})
-    try:
+    with seedwheel_errors(usage=True):  # the endpoint config checks itself: a malformed URL, no model for a remote URL
         endpoint = llm.endpoint()
-    except ValueError as exc:  # the endpoint config checks itself: a malformed URL, no model for a remote URL
-        raise click.UsageError(str(exc)) from exc
     click.echo(f"seedwheel judge: {len(tasks)} tasks from {tasks_path} on {endpoint}", err=True)
     try:
         with endpoint:
             run = judge_tasks(
                 tasks, client=endpoint.client(), rule=policy.rule(), params=LABEL_PARAMS, progress=_progress("judged")
             )
-    except JudgeInputError as exc:
+    except JudgeInputError as exc:  # the judge names the task, the file is ours to name; endpoint errors pass
         raise click.ClickException(f"{tasks_path}: {exc}") from exc
-    except (
-        MissingAPIKey,
-        EndpointRejected,
-        EndpointUnavailable,
-        CallBudgetExceeded,
-        ModelServerError,
-        MissingServingDependencyError,
-        TinyModelError,
-    ) as exc:  # the endpoint, not the tasks: the message names it and the fix
-        raise click.ClickException(str(exc)) from exc
     family_of = {task["task_id"]: task.get("family", "?") for task in tasks}
     if out is not None:
         rows = [{"task_id": j.task_id, "family": family_of[j.task_id], **j.as_dict()} for j in run.judgments]
@@ -258,13 +263,10 @@ def _progress(what: str) -> Callable[[int, int], None]:
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
 def lineage(ident: str, home: Path | None) -> None:
     """Where a task came from and what trained on it, or what a checkpoint was trained on (from stored assets)."""
-    from pipeline.lineage import LineageError, explain
+    from pipeline.lineage import explain
 
     settings = Settings.from_env(home=home)
-    try:
-        click.echo(explain(settings.home, ident))
-    except LineageError as exc:
-        raise click.ClickException(str(exc)) from None
+    click.echo(explain(settings.home, ident))
 
 
 @main.group()
@@ -410,17 +412,14 @@ def serve(model: str | None, host: str, port: int, max_batch: int, device: str, 
     """
     import logging
 
-    from llm.models import MissingBundledModelError, bundled_model
+    from llm.models import bundled_model
     from llm.server import ServerConfig
     from llm.server import serve as serve_model
 
     if model is None:
         models_dir = Settings.from_env().models_dir  # where the pipeline's local endpoint converts it too
         click.echo(f"seedwheel serve: preparing the bundled model under {models_dir}", err=True)
-        try:
-            model = str(bundled_model(models_dir))
-        except MissingBundledModelError as exc:
-            raise click.ClickException(str(exc)) from exc
+        model = str(bundled_model(models_dir))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     click.echo(f"seedwheel serve: loading {model} on {device}", err=True)
 

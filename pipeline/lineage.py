@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from core import SeedwheelError
 from curation.manifests import TASKS, CheckpointManifest, load_manifests
 from curation.split_ledger import SplitLedger
 from curation.splits import task_roots
@@ -34,7 +35,7 @@ TASK_TABLES = ("seed_tasks", "failure_tasks", "task_variants")
 SPLITS = ("train_tasks", "eval_tasks", "failure_eval")
 
 
-class LineageError(LookupError):
+class LineageNotFoundError(SeedwheelError, LookupError):
     """The id is neither a known task, a failure nor a checkpoint; the message says where it looked."""
 
 
@@ -81,7 +82,7 @@ class Corpus:
             match = rows[rows["task_id"] == task_id]
             if len(match):
                 return str(match["root"].iloc[0])
-        raise LineageError(f"task {task_id} is in no stored table")
+        raise LineageNotFoundError(f"task {task_id} is in no stored table")
 
     def split_then(self, manifest: CheckpointManifest, root: str) -> str:
         """The split plan in force when `manifest` trained, and `root`'s side under it."""
@@ -113,7 +114,7 @@ def explain(home: Path, ident: str) -> str:
     """A readable answer for a task id, a failure id or a checkpoint (path, manifest name or digest).
 
     Raises:
-        LineageError: the id matches nothing stored under `home`.
+        LineageNotFoundError: the id matches nothing stored under `home`.
     """
     corpus = Corpus.load(home)
     if ident in corpus.tasks or any(ident in set(rows["task_id"]) for rows in corpus.trained.values()):
@@ -123,10 +124,10 @@ def explain(home: Path, ident: str) -> str:
         return _explain_checkpoint(corpus, manifest)
     if corpus.failure_tasks(ident):
         return _explain_failure(corpus, ident)
-    raise LineageError(
+    raise LineageNotFoundError(
         f"{ident!r} is neither a task id in {', '.join(TASK_TABLES)}, a failure id, nor a checkpoint under "
-        f"{home / CHECKPOINTS_FOLDER}; pass a task_id, a failure_id, a checkpoint path (.../final), or its "
-        "manifest name (grpo-<digest>)"
+        f"{home / CHECKPOINTS_FOLDER}",
+        hint="pass a task_id, a failure_id, a checkpoint path (.../final), or its manifest name (grpo-<digest>)",
     )
 
 

@@ -1,12 +1,20 @@
-"""Resources: configured once (from `Settings` or the UI's launchpad), read from `self`, never from the environment."""
+"""Resources: configured once (from `Settings` or the UI's launchpad), read from `self`, never from the environment.
+
+A resource field that stands for a field of a library config class (`RewardAuditPolicy`, `PromotionPolicy`,
+`MinHashConfig`, `SplitConfig`, `CalibrationFloors`, `TokenPrices`, `EndpointConfig`, `GRPOJobConfig`) takes its
+default from that class through a `Mirror`, and the resource builds the library object from its fields with the
+same `Mirror`: each default is written once, in the library. The fields stay plain typed fields, so the
+launchpad shows and checks them; a choice is a `Literal`, which the launchpad offers as a list.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from urllib.parse import urlparse
 
 import dagster as dg
@@ -22,18 +30,99 @@ from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
 from llm.models import bundled_model, bundled_model_dir
 from llm.serving import Backend, ModelServer
 from pipeline.storage import is_local
-from training.promotion import PromotionPolicy, PromotionRegistry
+from training.grpo_job import GRPOJobConfig, Runtime
+from training.promotion import FamilyRule, PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
 from validators.cache_store import CacheStore
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
 from validators.tasks import TASK_FIELDS
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 # Side state kept under the storage root, beside the asset tables, for as long as the root lives.
 SPLITS_FOLDER = "splits"  # the split ledger: every lineage root's side, append-only (curation.split_ledger)
 CHECKPOINTS_FOLDER = "checkpoints"  # one manifest per trained checkpoint (curation.manifests)
 VALIDATION_CACHE_FOLDER = "validation_cache"  # verdicts by content (validators.tasks.verdict_key)
 GENERATION_CACHE_FOLDER = "generation_cache"  # programmatic outputs per parent (generators.programmatic.variants_key)
+
+# Which judged tasks the splits keep: the judge's accepted ones, or all of them (labels shown, not used).
+LabelUse = Literal["accepted", "all"]
+
+L = TypeVar("L", bound="DataclassInstance")
+
+
+@dataclasses.dataclass(frozen=True)
+class Mirror(Generic[L]):
+    """Resource fields that stand for fields of a library config class: `{resource field: library field}`.
+
+    The library class is each setting's one home: a mirrored field's default is read from it (`default`), and
+    the library object is built from a resource's values (`build`). A library field that does not exist fails at
+    import (its default is read then); `tests/pipeline/test_resource_defaults.py` checks every pair.
+
+    Example:
+        >>> Mirror(PromotionPolicy, {"family_rule": "family_rule"}).default("family_rule")
+        'mean'
+    """
+
+    library: type[L]
+    fields: Mapping[str, str]
+
+    def default(self, name: str) -> Any:
+        """The library's default of the field that resource field `name` mirrors."""
+        spec = {f.name: f for f in dataclasses.fields(self.library)}[self.fields[name]]
+        if spec.default is not dataclasses.MISSING:
+            return spec.default
+        if spec.default_factory is not dataclasses.MISSING:
+            return spec.default_factory()
+        raise TypeError(f"{self.library.__name__}.{spec.name} has no default for {name!r} to mirror")
+
+    def build(self, resource: Any, **extra: Any) -> L:
+        """The library object from `resource`'s mirrored fields, plus `extra` library fields."""
+        return self.library(**{field: getattr(resource, name) for name, field in self.fields.items()}, **extra)
+
+
+def _same(*names: str) -> dict[str, str]:
+    """Mirrored fields named as in the library."""
+    return {name: name for name in names}
+
+
+ENDPOINT_FIELDS = Mirror(
+    EndpointConfig,
+    _same("api_key_env", "max_concurrency", "timeout_s", "max_retries", "max_calls", "temperature", "max_tokens"),
+)
+MINHASH_FIELDS = Mirror(
+    MinHashConfig,
+    {"shingle_size": "shingle_size", "num_perm": "num_perm", "threshold": "threshold", "minhash_seed": "seed"},
+)
+SPLIT_FIELDS = Mirror(
+    SplitConfig,
+    {
+        "eval_fraction": "eval_fraction",
+        "failure_eval_fraction": "failure_eval_fraction",
+        "split_salt": "salt",
+        "stratify_by": "stratify_by",
+    },
+)
+FLOOR_FIELDS = Mirror(CalibrationFloors, _same("min_kappa", "min_accuracy", "max_false_accept", "max_judge_error"))
+PRICE_FIELDS = Mirror(TokenPrices, {"price_in_per_1k": "input_per_1k", "price_out_per_1k": "output_per_1k"})
+AUDIT_FIELDS = Mirror(
+    RewardAuditPolicy,
+    {
+        "audit_min_agreement": "min_agreement",
+        "audit_max_false_accept": "max_false_accept_rate",
+        "audit_max_false_reject": "max_false_reject_rate",
+        "audit_max_probe_score": "max_probe_score",
+    },
+)
+GRPO_JOB_FIELDS = Mirror(GRPOJobConfig, {"runtime": "runtime"})
+PROMOTION_FIELDS = Mirror(
+    PromotionPolicy,
+    _same("min_improvement", "max_family_regression", "family_rule", "min_tasks", "min_family_tasks"),
+)
+# The judge's acceptance rule is a mapping of minimums, not a flat field: its one mirrored minimum.
+DEFAULT_MIN_REFERENCE_CORRECTNESS: int = AcceptanceRule().minimum("reference_correctness")
 
 
 class StorageRoot(dg.ConfigurableResource):
@@ -78,13 +167,14 @@ class LLMEndpoint(dg.ConfigurableResource):
 
     base_url: str = ""
     model: str = ""
-    api_key_env: str = "OPENAI_API_KEY"
-    max_concurrency: int = 8
-    timeout_s: float = 60.0
-    max_retries: int = 4
-    max_calls: int | None = None
-    temperature: float = 0.7
-    max_tokens: int = 256
+    # `llm.EndpointConfig`'s fields, with its defaults (each profile sets the generation params it samples with).
+    api_key_env: str = ENDPOINT_FIELDS.default("api_key_env")
+    max_concurrency: int = ENDPOINT_FIELDS.default("max_concurrency")
+    timeout_s: float = ENDPOINT_FIELDS.default("timeout_s")
+    max_retries: int = ENDPOINT_FIELDS.default("max_retries")
+    max_calls: int | None = ENDPOINT_FIELDS.default("max_calls")
+    temperature: float = ENDPOINT_FIELDS.default("temperature")
+    max_tokens: int = ENDPOINT_FIELDS.default("max_tokens")
     local_backend: Backend = "seedwheel"
     # torch threads of a local `seedwheel serve`; 1 when other work shares the cores (two spin against each other).
     local_threads: int = 1
@@ -118,17 +208,7 @@ class LLMEndpoint(dg.ConfigurableResource):
         model = self.model
         if not model and not self.base_url:  # the bundled model, named before it is converted
             model = str(bundled_model_dir(self.models_dir))
-        config = EndpointConfig(
-            base_url=self.base_url or LOCAL_PLACEHOLDER_URL,
-            model=model,
-            api_key_env=self.api_key_env,
-            max_concurrency=self.max_concurrency,
-            timeout_s=self.timeout_s,
-            max_retries=self.max_retries,
-            max_calls=self.max_calls,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-        )
+        config = ENDPOINT_FIELDS.build(self, base_url=self.base_url or LOCAL_PLACEHOLDER_URL, model=model)
         return Endpoint(config, cache_dir=self.cache_dir, local_server=None if self.base_url else self._local_server)
 
     @contextmanager
@@ -145,6 +225,7 @@ class VariantPlan(dg.ConfigurableResource):
     per_seed: int = 3
     random_seed: int = 0
     families: list[str] | None = None
+    # Plain text checked by `check`: Dagster's config has no list of `Literal` choices.
     rewrite_kinds: list[str] = Field(default_factory=lambda: ["paraphrase"])
     rewrites_per_kind: int = 1
     # Rewrite at most this many parents per family (None: all), the easiest first: caps the LLM calls.
@@ -170,24 +251,25 @@ class CurationPolicy(dg.ConfigurableResource):
     """Quality floors and curation parameters (the profile sets the defaults)."""
 
     min_validity_rate: float = 0.8  # per family, over generated variants: below it the run stops
-    # MinHash near-dedup; the defaults are measured (README, bench/measure_dedup_recall.py). Changing any of
-    # them names a new persisted index, so the old one is never matched with incompatible signatures.
-    shingle_size: int = 3
-    num_perm: int = 128
-    threshold: float = 0.5
-    minhash_seed: int = 1
-    eval_fraction: float = 0.2
-    failure_eval_fraction: float = 0.5  # of production failures no seed explains: held out for the gate's line
-    split_salt: str = "seedwheel-split-v1"
-    stratify_by: list[str] = Field(default_factory=lambda: ["family"])
+    # MinHash near-dedup (`curation.dedup.MinHashConfig`); its defaults are measured (docs/curation.md,
+    # bench/measure_dedup_recall.py). Changing any of them names a new persisted index, so the old one is never
+    # matched with incompatible signatures.
+    shingle_size: int = MINHASH_FIELDS.default("shingle_size")
+    num_perm: int = MINHASH_FIELDS.default("num_perm")
+    threshold: float = MINHASH_FIELDS.default("threshold")
+    minhash_seed: int = MINHASH_FIELDS.default("minhash_seed")
+    # The train/eval split by lineage (`curation.splits.SplitConfig`); `failure_eval_fraction` is the share of
+    # production failures no seed explains that is held out for the gate's line.
+    eval_fraction: float = SPLIT_FIELDS.default("eval_fraction")
+    failure_eval_fraction: float = SPLIT_FIELDS.default("failure_eval_fraction")
+    split_salt: str = SPLIT_FIELDS.default("split_salt")
+    stratify_by: list[str] = Field(default_factory=lambda: list(SPLIT_FIELDS.default("stratify_by")))
     # Where the LSH band tables live: empty keeps them in memory (recomputed from the stored signatures); a
-    # redis:// URL shares them between workers (README, "Scaling out"); needs the `redis` extra.
+    # redis:// URL shares them between workers (docs/production.md, "Scaling out"); needs the `redis` extra.
     lsh_redis_url: str = ""
 
     def minhash_config(self) -> MinHashConfig:
-        return MinHashConfig(
-            shingle_size=self.shingle_size, num_perm=self.num_perm, threshold=self.threshold, seed=self.minhash_seed
-        )
+        return MINHASH_FIELDS.build(self)
 
     def lsh_storage(self) -> dict[str, Any] | None:
         """datasketch's storage config for the LSH tables, from `lsh_redis_url` (None: in memory)."""
@@ -202,12 +284,7 @@ class CurationPolicy(dg.ConfigurableResource):
         return {"type": "redis", "redis": connection}
 
     def split_config(self) -> SplitConfig:
-        return SplitConfig(
-            eval_fraction=self.eval_fraction,
-            failure_eval_fraction=self.failure_eval_fraction,
-            salt=self.split_salt,
-            stratify_by=tuple(self.stratify_by),
-        )
+        return SPLIT_FIELDS.build(self)  # SplitConfig stores stratify_by as a tuple
 
 
 class JudgePolicy(dg.ConfigurableResource):
@@ -215,25 +292,24 @@ class JudgePolicy(dg.ConfigurableResource):
 
     # Which judged tasks the splits keep: "accepted" (production) or "all" (the quickstart, whose random tiny
     # model can only produce judge_error or noise: its labels are shown, not used).
-    use_labels: str = "accepted"
+    use_labels: LabelUse = "accepted"
     # Judge at most this many tasks per family (None: all); the others are labelled `not_judged`.
     max_per_family: int | None = None
-    min_reference_correctness: int = 4
+    min_reference_correctness: int = DEFAULT_MIN_REFERENCE_CORRECTNESS
     calibration_samples: int = 3  # judgments per audit item, for self-consistency
     # Audit items per family (half accept, half reject where the set has both); None: the whole audit set.
     calibration_per_family: int | None = None
     calibration_temperature: float = 0.7
-    min_kappa: float = 0.6
-    min_accuracy: float = 0.8
-    max_false_accept: float = 0.15
-    max_judge_error: float = 0.05
-    price_in_per_1k: float = 0.0
-    price_out_per_1k: float = 0.0
+    # The calibration floors (`judge.CalibrationFloors`) and the endpoint's prices (`judge.TokenPrices`).
+    min_kappa: float = FLOOR_FIELDS.default("min_kappa")
+    min_accuracy: float = FLOOR_FIELDS.default("min_accuracy")
+    max_false_accept: float = FLOOR_FIELDS.default("max_false_accept")
+    max_judge_error: float = FLOOR_FIELDS.default("max_judge_error")
+    price_in_per_1k: float = PRICE_FIELDS.default("price_in_per_1k")
+    price_out_per_1k: float = PRICE_FIELDS.default("price_out_per_1k")
 
     def kept(self, judged: pd.DataFrame) -> pd.DataFrame:
         """The judged tasks the splits keep (by `use_labels`), as plain task records."""
-        if self.use_labels not in ("accepted", "all"):
-            raise ValueError(f"JudgePolicy.use_labels is {self.use_labels!r}: use 'accepted' or 'all'")
         chosen = judged[judged["judge_verdict"] == "accept"] if self.use_labels == "accepted" else judged
         return chosen[list(TASK_FIELDS)]
 
@@ -241,15 +317,10 @@ class JudgePolicy(dg.ConfigurableResource):
         return AcceptanceRule({"reference_correctness": self.min_reference_correctness})
 
     def floors(self) -> CalibrationFloors:
-        return CalibrationFloors(
-            min_kappa=self.min_kappa,
-            min_accuracy=self.min_accuracy,
-            max_false_accept=self.max_false_accept,
-            max_judge_error=self.max_judge_error,
-        )
+        return FLOOR_FIELDS.build(self)
 
     def prices(self) -> TokenPrices:
-        return TokenPrices(self.price_in_per_1k, self.price_out_per_1k)
+        return PRICE_FIELDS.build(self)
 
 
 class TrainingPolicy(dg.ConfigurableResource):
@@ -264,11 +335,12 @@ class TrainingPolicy(dg.ConfigurableResource):
     base_model: str = ""
     models_dir: str  # where the bundled model is converted
     reward_weights: dict[str, float] = Field(default_factory=lambda: {"*": 1.0})
-    # The reward audit (blocking): floors on agreement with the labelled audit set, and the probes' ceiling.
-    audit_min_agreement: float = 0.9
-    audit_max_false_accept: float = 0.05
-    audit_max_false_reject: float = 0.1
-    audit_max_probe_score: float = 0.1
+    # The reward audit (blocking; `training.reward_audit.RewardAuditPolicy`): floors on agreement with the
+    # labelled audit set, and the probes' ceiling.
+    audit_min_agreement: float = AUDIT_FIELDS.default("audit_min_agreement")
+    audit_max_false_accept: float = AUDIT_FIELDS.default("audit_max_false_accept")
+    audit_max_false_reject: float = AUDIT_FIELDS.default("audit_max_false_reject")
+    audit_max_probe_score: float = AUDIT_FIELDS.default("audit_max_probe_score")
     # SFT warm-up on the training tasks' references, for a policy that cannot produce the format yet.
     sft: bool = True
     sft_max_steps: int = 200
@@ -289,7 +361,7 @@ class TrainingPolicy(dg.ConfigurableResource):
     difficulty_max_per_family: int | None = None
     grpo_unprofiled: bool = True
     # GRPO: "auto" picks CPU settings without a GPU and vLLM (colocate) on one; "cpu" or "none" as in grpo_job.
-    runtime: str = "auto"
+    runtime: Runtime = GRPO_JOB_FIELDS.default("runtime")
     grpo: dict[str, Any] = Field(default_factory=dict)
 
     def model(self) -> str:
@@ -297,12 +369,7 @@ class TrainingPolicy(dg.ConfigurableResource):
         return self.base_model or str(bundled_model(self.models_dir))
 
     def audit_policy(self) -> RewardAuditPolicy:
-        return RewardAuditPolicy(
-            min_agreement=self.audit_min_agreement,
-            max_false_accept_rate=self.audit_max_false_accept,
-            max_false_reject_rate=self.audit_max_false_reject,
-            max_probe_score=self.audit_max_probe_score,
-        )
+        return AUDIT_FIELDS.build(self)
 
 
 class PromotionGate(dg.ConfigurableResource):
@@ -314,24 +381,32 @@ class PromotionGate(dg.ConfigurableResource):
     seed: int = 0
     max_per_family: int | None = None  # evaluate at most this many eval tasks per family (None: all)
     batch_size: int = 8  # completions generated together (a task's samples share one batch)
-    min_improvement: float = 0.0
-    max_family_regression: float = 0.05
-    family_rule: str = "mean"
-    min_tasks: int = 20
-    min_family_tasks: int = 5
+    # The promotion rules (`training.promotion.PromotionPolicy`).
+    min_improvement: float = PROMOTION_FIELDS.default("min_improvement")
+    max_family_regression: float = PROMOTION_FIELDS.default("max_family_regression")
+    family_rule: FamilyRule = PROMOTION_FIELDS.default("family_rule")
+    min_tasks: int = PROMOTION_FIELDS.default("min_tasks")
+    min_family_tasks: int = PROMOTION_FIELDS.default("min_family_tasks")
     registry_path: str  # the promotion record: the next run's baseline is its current model
 
     def policy(self) -> PromotionPolicy:
-        return PromotionPolicy(
-            min_improvement=self.min_improvement,
-            max_family_regression=self.max_family_regression,
-            family_rule=self.family_rule,  # type: ignore[arg-type]  (checked by PromotionPolicy)
-            min_tasks=self.min_tasks,
-            min_family_tasks=self.min_family_tasks,
-        )
+        return PROMOTION_FIELDS.build(self)
 
     def registry(self) -> PromotionRegistry:
         return PromotionRegistry(self.registry_path)
+
+
+# Every resource that mirrors a library config class, with its `Mirror` (tests/pipeline/test_resource_defaults.py).
+MIRRORS: tuple[tuple[type[dg.ConfigurableResource], Mirror[Any]], ...] = (
+    (LLMEndpoint, ENDPOINT_FIELDS),
+    (CurationPolicy, MINHASH_FIELDS),
+    (CurationPolicy, SPLIT_FIELDS),
+    (JudgePolicy, FLOOR_FIELDS),
+    (JudgePolicy, PRICE_FIELDS),
+    (TrainingPolicy, AUDIT_FIELDS),
+    (TrainingPolicy, GRPO_JOB_FIELDS),
+    (PromotionGate, PROMOTION_FIELDS),
+)
 
 
 class FailureInbox(dg.ConfigurableResource):

@@ -13,6 +13,7 @@ from typing import Any
 import dagster as dg
 from dagster._core.definitions.asset_selection import DagsterInvalidAssetSelectionError
 
+from core.errors import SeedwheelError
 from pipeline.definitions import build_definitions
 from pipeline.instance import PROCESS_TAG, open_instance, process_tag, reap_dead_runs
 from pipeline.settings import Settings
@@ -20,6 +21,11 @@ from pipeline.settings import Settings
 logger = logging.getLogger(__name__)
 # Steps at a time in a multiprocess run: one per core of the 2-core machines this is tested on.
 MULTIPROCESS_STEPS = 2
+
+
+class RunRequestError(SeedwheelError, ValueError):
+    """A run that cannot start as asked: a selection that is not one or matches nothing, an unknown executor or
+    resource field."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ def materialize(
     executor: str = "in_process",
     ops: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunSummary:
-    """Materialize the selected assets (all when `select` is None; Dagster selection syntax otherwise).
+    """Materialize the selected assets (all when `select` is None; else as `selected_asset_keys` reads it).
 
     `executor`: `in_process` (one process, the CLI's default) or `multiprocess` (a process per step, up to two
     at a time, as `dagster dev` runs them; the steps rebuild the definitions from `settings.environ()`).
@@ -63,28 +69,12 @@ def materialize(
     ops (an asset's `dg.Config`), e.g. `{"failure_logs": {"path": "/data/log.jsonl"}}`.
 
     Raises:
-        ValueError: when the selection matches no asset.
+        RunRequestError: when `select` is not a selection or matches no asset.
     """
     defs = build_definitions(settings)
     job = defs.resolve_implicit_global_asset_job_def()
-    # A multi-asset (seed_tasks + seed_rejects) runs whole: selecting one output brings its siblings.
-    try:
-        selection = dg.AssetSelection.all() if select is None else dg.AssetSelection.from_string(select)
-    except DagsterInvalidAssetSelectionError:
-        raise ValueError(
-            f"--select {select!r} is not a Dagster asset selection; e.g. 'promotion', 'seed_tasks+', "
-            "'group:training', or 'key:checkpoint_eval or key:promotion'"
-        ) from None
-    selection = selection.required_multi_asset_neighbors()
+    keys = selected_asset_keys(defs, select, partition)
     graph = defs.resolve_asset_graph()
-    try:
-        keys = sorted(selection.resolve(graph))
-    except dg.DagsterInvalidSubsetError:
-        keys = []
-    # A run covers one partition of the partitioned assets (a failure log file) or none of them.
-    keys = [key for key in keys if (graph.get(key).partitions_def is not None) == (partition is not None)]
-    if not keys:
-        raise ValueError(f"--select {select!r} matches no asset; try e.g. 'seed_tasks+' or 'group:seeds'")
     with open_instance(settings) as instance:
         for run_id in reap_dead_runs(instance):
             logger.warning("run %s was killed before it finished: marked failed, its pool slots freed", run_id)
@@ -112,7 +102,7 @@ def materialize(
             )
             return _summary(settings, result, partition)
         if executor != "multiprocess":
-            raise ValueError(f"executor {executor!r}: use in_process or multiprocess")
+            raise RunRequestError(f"executor {executor!r}: use in_process or multiprocess")
         run_config["execution"] = {"config": {"multiprocess": {"max_concurrent": MULTIPROCESS_STEPS}}}
         if partition is not None:
             tags["dagster/partition"] = partition
@@ -128,6 +118,39 @@ def materialize(
             ) as result,
         ):
             return _summary(settings, result, partition)
+
+
+def selected_asset_keys(defs: dg.Definitions, select: str | None, partition: str | None = None) -> list[dg.AssetKey]:
+    """The asset keys a run of `select` covers, as `dagster asset materialize --select` reads it.
+
+    `select` is a comma-separated list of Dagster selections, each a key (`seed_tasks`), a key with its
+    neighbours (`seed_tasks+`, `+train_tasks`), a group (`group:seeds`) or an expression
+    (`key:checkpoint_eval or key:promotion`); None selects every asset. A multi-asset (seed_tasks +
+    seed_rejects) runs whole: selecting one output brings its siblings. Without `partition` the keys are the
+    unpartitioned assets of the selection; with it, the partitioned ones.
+
+    Raises:
+        RunRequestError: when `select` is not a selection, or matches no asset.
+    """
+    try:
+        # The parsing of Dagster's own CLI (dagster/_cli/asset.py): each comma-separated part is a selection.
+        selection = dg.AssetSelection.all() if select is None else dg.AssetSelection.from_coercible(select.split(","))
+    except DagsterInvalidAssetSelectionError:
+        raise RunRequestError(
+            f"--select {select!r} is not a Dagster asset selection; e.g. 'promotion', 'seed_tasks+', "
+            "'group:training', 'seed_tasks,task_variants' or 'key:checkpoint_eval or key:promotion'"
+        ) from None
+    selection = selection.required_multi_asset_neighbors()
+    graph = defs.resolve_asset_graph()
+    try:
+        keys = sorted(selection.resolve(graph))
+    except dg.DagsterInvalidSubsetError as exc:
+        raise RunRequestError(f"--select {select!r} matches no asset: {exc}") from None
+    # A run covers one partition of the partitioned assets (a failure log file) or none of them.
+    keys = [key for key in keys if (graph.get(key).partitions_def is not None) == (partition is not None)]
+    if not keys:
+        raise RunRequestError(f"--select {select!r} matches no asset; try e.g. 'seed_tasks+' or 'group:seeds'")
+    return keys
 
 
 def flywheel_job_from_env() -> dg.JobDefinition:
@@ -159,7 +182,7 @@ def _summary(settings: Settings, result: Any, partition: str | None) -> RunSumma
         metadata = {name: value.value for name, value in materialization.metadata.items()}
         rows = metadata.get("dagster/row_count")
         path = settings.home / (f"{key}/{partition}.parquet" if partition is not None else f"{key}.parquet")
-        summary.assets.append(MaterializedAsset(key, rows, path, metadata))  # type: ignore[arg-type]
+        summary.assets.append(MaterializedAsset(key, rows, path, metadata))
     for evaluation in result.get_asset_check_evaluations():
         severity = evaluation.severity.value if not evaluation.passed else "passed"
         summary.checks.append((evaluation.check_name, evaluation.passed, severity))
@@ -182,10 +205,12 @@ def _resource_config(defs: dg.Definitions, overrides: Mapping[str, Mapping[str, 
     for name, fields in overrides.items():
         resource = defs.resources.get(name)
         if resource is None:
-            raise ValueError(f"no resource named {name!r}; resources: {', '.join(sorted(defs.resources))}")
+            raise RunRequestError(f"no resource named {name!r}; resources: {', '.join(sorted(defs.resources))}")
         current = {field: getattr(resource, field) for field in type(resource).model_fields}
         unknown = sorted(set(fields) - set(current))
         if unknown:
-            raise ValueError(f"resource {name!r} has no field(s) {', '.join(unknown)}; fields: {', '.join(current)}")
+            raise RunRequestError(
+                f"resource {name!r} has no field(s) {', '.join(unknown)}; fields: {', '.join(current)}"
+            )
         config[name] = {"config": {**current, **fields}}
     return config

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, TypeGuard, get_args
 
 Profile = Literal["quickstart", "production"]
 PROFILES: tuple[str, ...] = get_args(Profile)
@@ -64,7 +64,7 @@ class Settings:
         environ = os.environ if environ is None else environ
         given = {k: v for k, v in overrides.items() if v is not None}
         profile = str(given.get("profile") or environ.get("SEEDWHEEL_PROFILE") or "quickstart")
-        if profile not in PROFILES:
+        if not _is_profile(profile):
             raise ValueError(f"unknown profile '{profile}': use one of {', '.join(PROFILES)} (SEEDWHEEL_PROFILE)")
         home = Path(given.get("home") or environ.get("SEEDWHEEL_HOME") or ".seedwheel").resolve()
         seeds_dir = Path(given.get("seeds_dir") or environ.get("SEEDWHEEL_SEEDS") or "seeds").resolve()
@@ -92,7 +92,7 @@ class Settings:
         )
         retrain_growth = _growth(environ.get("SEEDWHEEL_RETRAIN_GROWTH", ""))
         return cls(
-            profile,  # type: ignore[arg-type]
+            profile,
             home,
             seeds_dir,
             dagster_home,
@@ -133,6 +133,10 @@ class Settings:
 
         for dotted_path in self.verifier_plugins:
             load_verifier(dotted_path)
+
+
+def _is_profile(name: str) -> TypeGuard[Profile]:
+    return name in PROFILES
 
 
 def _check_schedule(cron: str, timezone: str) -> None:

@@ -23,7 +23,6 @@ import importlib.util
 import itertools
 import json
 import math
-import os
 import random
 import re
 import sys
@@ -89,13 +88,10 @@ def bfcl_data() -> Path | None:
 
 
 def require_bfcl_data() -> Path:
-    """`bfcl_data()`, or a skip naming the install; under CI (`CI` or `SEEDWHEEL_REQUIRE_SERVICES=1`) a failure."""
+    """`bfcl_data()`, or a skip naming the install (a failure under CI: tests/tiers.py)."""
     data = bfcl_data()
     if data is None:
-        message = f"bfcl-eval is not installed: {INSTALL_HINT}"
-        if os.environ.get("SEEDWHEEL_REQUIRE_SERVICES") == "1" or os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        pytest.skip(f"bfcl-eval is not installed: {INSTALL_HINT}")
     return data
 
 
@@ -106,7 +102,8 @@ def bfcl_ast_checker() -> Callable[..., dict[str, Any]]:
         A function of (functions, model_output as `[{name: arguments}]`, ground truth, category) -> bool.
     """
     registry = types.ModuleType("bfcl_eval.constants.model_config")
-    registry.MODEL_CONFIG_MAPPING = defaultdict(lambda: types.SimpleNamespace(underscore_to_dot=False))  # type: ignore[attr-defined]
+    mapping = defaultdict(lambda: types.SimpleNamespace(underscore_to_dot=False))
+    registry.MODEL_CONFIG_MAPPING = mapping  # type: ignore[attr-defined]  # a blank stand-in module, filled here
     with mock.patch.dict(sys.modules, {registry.__name__: registry}):
         checker = importlib.import_module("bfcl_eval.eval_checker.ast_eval.ast_checker")
         language = importlib.import_module("bfcl_eval.constants.enums").Language.PYTHON

@@ -14,6 +14,9 @@ from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.tasks import TASK_FIELDS
 
+# tiers: the slow marker, the fast tier's time limit and failing skips under CI; pytester tests that plugin.
+pytest_plugins = ["pytester", "tests.tiers"]
+
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from core import SeedwheelError
+
 logger = logging.getLogger(__name__)
 
 FINAL_DIRNAME = "final"
@@ -39,7 +41,7 @@ _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 MetricsSink = Callable[[dict[str, Any]], None]
 
 
-class MissingPeftError(ImportError):
+class MissingPeftError(SeedwheelError, ImportError):
     """LoRA was asked for but the `peft` package is not installed; the message names the install command."""
 
 
@@ -205,7 +207,7 @@ def peft_lora_config(
         ) from None
     return LoraConfig(
         r=r,
-        lora_alpha=alpha,
+        lora_alpha=alpha,  # type: ignore[arg-type,unused-ignore]  # peft annotates int; a float alpha works
         lora_dropout=dropout,
         target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
         task_type="CAUSAL_LM",

@@ -41,8 +41,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from core import SeedwheelError
 from training.checkpoints import (
     PEFT_HINT,
     MetricsSink,
@@ -68,11 +69,11 @@ VLLM_MODES = ("colocate", "server")
 GPU_EXTRA_HINT = "pip install 'seedwheel[gpu]'  (the `gpu` extra: vllm>=0.22,<0.32)"
 
 
-class GRPOConfigError(ValueError):
+class GRPOConfigError(SeedwheelError, ValueError):
     """A GRPO configuration that cannot run; the message gives the numbers and the fix."""
 
 
-class GRPODataError(ValueError):
+class GRPODataError(SeedwheelError, ValueError):
     """A train file that cannot feed GRPO: missing, without the needed columns, or empty after filtering."""
 
 
@@ -205,22 +206,53 @@ def _seedwheel_problems(config: Any) -> list[str]:
     return problems
 
 
+@dataclass
+class SeedwheelGRPOFields:
+    """The fields a seedwheel run adds to `trl.GRPOConfig`, declared once, without importing trl.
+
+    `SeedwheelGRPOConfig` (built by `grpo_config_class`) subclasses `trl.GRPOConfig` and this; its docstring
+    describes the fields.
+    """
+
+    train_file: str | None = field(default=None, metadata={"help": "The exported training split (Parquet)."})
+    reward_weights_by_verifier: dict[str, float] = field(
+        default_factory=lambda: {"*": 1.0},
+        metadata={"help": "Verifier name -> reward weight; '*' scores every row with its own verifier."},
+    )
+    max_prompt_tokens: int | None = field(
+        default=512, metadata={"help": "Drop prompts longer than this many tokens (chat template applied)."}
+    )
+    use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (needs peft)."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: float = field(default=32.0, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    lora_target_modules: list[str] | str = field(
+        default="all-linear", metadata={"help": "LoRA target modules, or 'all-linear'."}
+    )
+
+
+if TYPE_CHECKING:
+
+    class SeedwheelGRPOConfig(GRPOConfig, SeedwheelGRPOFields):
+        """What `grpo_config_class()` builds (at run time through the module's `__getattr__`), for the type checker."""
+
+
 @functools.cache
-def grpo_config_class() -> type[GRPOConfig]:
+def grpo_config_class() -> type[SeedwheelGRPOConfig]:
     """The `SeedwheelGRPOConfig` class (a `trl.GRPOConfig` subclass), built on first call; imports trl.
 
     Returns:
         The class; the same object on every call, also reachable as `training.grpo.SeedwheelGRPOConfig`.
 
     Example:
-        >>> Config = grpo_config_class()  # doctest: +SKIP
+        >>> Config = grpo_config_class()
         >>> Config(output_dir="out", train_file="train.parquet", num_generations=4, **cpu_defaults()).loss_type
         'dapo'
     """
     from trl import GRPOConfig
 
     @dataclass
-    class SeedwheelGRPOConfig(GRPOConfig):
+    class _SeedwheelGRPOConfig(GRPOConfig, SeedwheelGRPOFields):
         """`trl.GRPOConfig` plus what a seedwheel run needs; every TRL field passes through unchanged.
 
         Args:
@@ -241,22 +273,6 @@ def grpo_config_class() -> type[GRPOConfig]:
             ...     importance_sampling_level="sequence", loss_type="grpo", **cpu_defaults())  # GSPO  # doctest: +SKIP
         """
 
-        train_file: str | None = field(default=None, metadata={"help": "The exported training split (Parquet)."})
-        reward_weights_by_verifier: dict[str, float] = field(
-            default_factory=lambda: {"*": 1.0},
-            metadata={"help": "Verifier name -> reward weight; '*' scores every row with its own verifier."},
-        )
-        max_prompt_tokens: int | None = field(
-            default=512, metadata={"help": "Drop prompts longer than this many tokens (chat template applied)."}
-        )
-        use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (needs peft)."})
-        lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
-        lora_alpha: float = field(default=32.0, metadata={"help": "LoRA alpha."})
-        lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
-        lora_target_modules: list[str] | str = field(
-            default="all-linear", metadata={"help": "LoRA target modules, or 'all-linear'."}
-        )
-
         def __post_init__(self) -> None:
             if isinstance(self.train_file, os.PathLike):
                 self.train_file = os.fspath(self.train_file)  # the trainer serialises its args to JSON
@@ -275,9 +291,10 @@ def grpo_config_class() -> type[GRPOConfig]:
                 raise GRPOConfigError("GRPO config: " + " | ".join(problems))
             super().__post_init__()
 
-    SeedwheelGRPOConfig.__module__ = __name__
-    SeedwheelGRPOConfig.__qualname__ = "SeedwheelGRPOConfig"
-    return SeedwheelGRPOConfig
+    _SeedwheelGRPOConfig.__module__ = __name__
+    _SeedwheelGRPOConfig.__name__ = _SeedwheelGRPOConfig.__qualname__ = "SeedwheelGRPOConfig"
+    # The class the TYPE_CHECKING declaration above describes: GRPOConfig + SeedwheelGRPOFields.
+    return cast("type[SeedwheelGRPOConfig]", _SeedwheelGRPOConfig)
 
 
 def __getattr__(name: str) -> Any:
@@ -414,9 +431,11 @@ def prompt_token_counts(
         if isinstance(prompt, str):
             text = prompt
         else:
-            text = tokenizer.apply_chat_template(
+            rendered = tokenizer.apply_chat_template(
                 list(prompt), tokenize=False, add_generation_prompt=True, **dict(chat_template_kwargs or {})
             )
+            assert isinstance(rendered, str)  # tokenize=False: the template's text, not token ids
+            text = rendered
         counts.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
     return counts
 
@@ -537,6 +556,7 @@ def run_grpo(
         GRPODataError: the train file is missing, lacks columns, or no row survives the prompt-length filter.
 
     Example:
+        >>> from training.grpo import SeedwheelGRPOConfig
         >>> config = SeedwheelGRPOConfig(output_dir="runs/grpo", train_file="export/train.parquet",
         ...     reward_weights_by_verifier={"numeric_answer": 1.0}, per_device_train_batch_size=8,
         ...     num_generations=4, max_completion_length=64, max_steps=100, save_steps=50, **cpu_defaults())
@@ -557,6 +577,8 @@ def run_grpo(
     from trl import GRPOTrainer
 
     model_name = os.fspath(model_path)
+    # TrainingArguments.__post_init__ sets a default output_dir and parses a JSON chat_template_kwargs string.
+    assert config.output_dir is not None and not isinstance(config.chat_template_kwargs, str)
     output_dir = Path(config.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     dataset = load_train_split(config.train_file)
@@ -577,7 +599,7 @@ def run_grpo(
     callback = metrics_callback(on_metrics)
     trainer = GRPOTrainer(
         model=model_name,
-        reward_funcs=reward_funcs,
+        reward_funcs=list(reward_funcs),  # as TRL's list of reward callables (a list's item type is fixed)
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,

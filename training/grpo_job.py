@@ -3,10 +3,14 @@
 The `grpo_checkpoint` asset launches this out of process (`PipesSubprocessClient`, or `PipesK8sClient` for a GPU
 pod). Under Pipes it streams every metrics dict back as a custom message (`{"kind": "grpo_metrics", ...}`) plus
 a one-line `pipes.log.info`, forwards this process's warnings (a verifier that raised, filtered prompts) to the
-Dagster log, and ends with `report_asset_materialization` (checkpoint path, steps, final reward mean, filtered
-rows, verifier versions). Without Pipes (a person, a GPU launcher) it logs to stderr and prints one JSON summary
-line last on stdout. The only Dagster dependency is `dagster_pipes` (small, dependency-free), imported only when
-the process was launched by Pipes.
+Dagster log, and ends with `report_asset_materialization` of its `GRPOJobResult` (checkpoint path, steps, final
+reward mean, filtered rows, verifier versions). Without Pipes (a person, a GPU launcher) it logs to stderr and
+prints the same result as one JSON line last on stdout. The only Dagster dependency is `dagster_pipes` (small,
+dependency-free), imported only when the process was launched by Pipes.
+
+The parent and this process share the config type (`GRPOJobConfig`: the asset builds it and writes `to_json()`,
+this process reads it with `from_file`) and the result type (`GRPOJobResult`: `to_metadata()` here,
+`from_metadata()` in the asset), so a field renamed on one side fails loudly on the other.
 
 The config file (JSON; under Pipes the same object may come as the extra `grpo_job_config` instead of a file):
 
@@ -38,8 +42,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
+from core import SeedwheelError
 from training.grpo import GRPOResult, cpu_defaults, grpo_config_class, run_grpo, runtime_defaults
 
 # Named explicitly: under `python -m` this module is `__main__`, and the Pipes log handler sits on "training".
@@ -47,18 +52,25 @@ logger = logging.getLogger("training.grpo_job")
 
 PIPES_EXTRA_KEY = "grpo_job_config"
 METRICS_MESSAGE_KIND = "grpo_metrics"
-RUNTIMES = ("auto", "cpu", "none")
+# Which machine defaults go under `grpo` (see the module docstring).
+Runtime = Literal["auto", "cpu", "none"]
+RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
 EXIT_OK, EXIT_TRAINING_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 # Defaults of the job only (not of the config class): stream every step's metrics.
 JOB_GRPO_DEFAULTS: dict[str, Any] = {"logging_steps": 1}
+_REQUIRED = ("model_path", "output_dir", "train_file")  # a job config's keys without a default
 # Log records from these packages reach Dagster under Pipes: rewards, filtering and training progress.
 _FORWARDED_LOGGERS = ("training", "validators")
 # Summary and metric keys worth a line in the Dagster log (the full dict goes as a custom message).
 _LOG_LINE_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "kl", "completions/mean_length", "loss")
 
 
-class GRPOJobConfigError(ValueError):
+class GRPOJobConfigError(SeedwheelError, ValueError):
     """A job config file that cannot be used: unreadable, missing keys, unknown keys or bad values."""
+
+
+class GRPOJobResultError(SeedwheelError, ValueError):
+    """A job's reported result the parent cannot read: a missing key or a value of the wrong type."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +92,26 @@ class GRPOJobConfig:
     model_path: str
     output_dir: str
     train_file: str
-    runtime: str = "auto"
+    runtime: Runtime = "auto"
     grpo: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        empty = [name for name in _REQUIRED if not getattr(self, name)]
+        if empty:
+            raise GRPOJobConfigError(f"{', '.join(empty)} must be given as non-empty text")
+        if self.runtime not in RUNTIMES:
+            raise GRPOJobConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        clashes = sorted(set(self.grpo) & set(_REQUIRED))
+        if clashes:
+            raise GRPOJobConfigError(f"give {', '.join(clashes)} at the top level, not inside 'grpo'")
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The config as the JSON object `from_mapping` reads back."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """The config file's text (sorted keys, one trailing newline), as `from_file` reads it back."""
+        return json.dumps(self.to_mapping(), indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_mapping(cls, raw: Any, *, source: str = "config") -> GRPOJobConfig:
@@ -106,26 +136,22 @@ class GRPOJobConfig:
                 f"{source}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(names)} "
                 "(GRPO parameters go inside 'grpo')"
             )
-        required = ("model_path", "output_dir", "train_file")
-        missing = [k for k in required if not isinstance(raw.get(k), str) or not raw.get(k)]
+        missing = [k for k in _REQUIRED if not isinstance(raw.get(k), str) or not raw.get(k)]
         if missing:
             raise GRPOJobConfigError(f"{source}: {', '.join(missing)} must be given as non-empty text")
-        runtime = raw.get("runtime", "auto")
-        if runtime not in RUNTIMES:
-            raise GRPOJobConfigError(f"{source}: runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
         grpo = raw.get("grpo", {})
         if not isinstance(grpo, Mapping):
             raise GRPOJobConfigError(f"{source}: 'grpo' must be an object of GRPO parameters")
-        clashes = sorted(set(grpo) & set(required))
-        if clashes:
-            raise GRPOJobConfigError(f"{source}: give {', '.join(clashes)} at the top level, not inside 'grpo'")
-        return cls(
-            model_path=raw["model_path"],
-            output_dir=raw["output_dir"],
-            train_file=raw["train_file"],
-            runtime=runtime,
-            grpo=dict(grpo),
-        )
+        try:  # the values are checked by the config itself
+            return cls(
+                model_path=raw["model_path"],
+                output_dir=raw["output_dir"],
+                train_file=raw["train_file"],
+                runtime=raw.get("runtime", "auto"),
+                grpo=dict(grpo),
+            )
+        except GRPOJobConfigError as exc:
+            raise GRPOJobConfigError(f"{source}: {exc}") from None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> GRPOJobConfig:
@@ -209,35 +235,119 @@ def _metrics_line(metrics: Mapping[str, Any]) -> str:
     return "GRPO " + " ".join(parts)
 
 
-def materialization_metadata(result: GRPOResult) -> dict[str, Any]:
-    """Asset metadata for a finished run, in `dagster_pipes` form (typed where inference would guess wrong).
+@dataclass(frozen=True)
+class GRPOJobResult:
+    """What a GRPO job reports to the process that launched it: one record type on both sides of the boundary.
 
-    Args:
-        result: the run's result.
+    The child sends `to_metadata()` (under Pipes) or `summary()` (the last stdout line); the parent reads the
+    metadata back with `from_metadata`, which names the key when the two sides disagree on a field, so a key
+    renamed on one side fails the step instead of reading as nothing.
 
-    Returns:
-        A mapping for `pipes.report_asset_materialization(metadata=...)`.
+    Attributes:
+        checkpoint_dir: `<output_dir>/final`, the trained model and tokenizer.
+        steps: the trainer's global step at the end (including steps done before a resume).
+        train_rows: rows trained on (after the prompt-length filter).
+        filtered_task_ids: task ids of the rows dropped for prompts longer than `max_prompt_tokens`.
+        verifier_versions: verifier name -> versions the training rows were scored with.
+        reward_means: each reward function's last logged mean (`rewards/<name>/mean`).
+        final_reward_mean: the last logged mean reward; None when no step logged one.
+        resumed_from: the checkpoint the run resumed from; None for a fresh start.
+        train_seconds: wall time of training.
 
     Example:
-        >>> materialization_metadata(result)["steps"]  # doctest: +SKIP
-        100
+        >>> result = GRPOJobResult("runs/grpo/final", 2, 8, [], {"numeric_answer": [1]}, {}, 0.5, None, 3.2)
+        >>> GRPOJobResult.from_metadata(result.to_metadata()) == result
+        True
     """
-    summary = result.summary()
-    reward = summary["final_reward_mean"]
-    return {
-        "checkpoint_dir": {"raw_value": summary["checkpoint_dir"], "type": "path"},
-        "steps": summary["steps"],
-        "final_reward_mean": {"raw_value": reward, "type": "float"}
-        if reward is not None
-        else {"raw_value": None, "type": "null"},
-        "train_rows": summary["train_rows"],
-        "filtered_rows": summary["filtered_rows"],
-        "filtered_task_ids": {"raw_value": summary["filtered_task_ids"], "type": "json"},
-        "verifier_versions": {"raw_value": summary["verifier_versions"], "type": "json"},
-        "reward_means": {"raw_value": summary["reward_means"], "type": "json"},
-        "resumed_from": {"raw_value": summary["resumed_from"] or "", "type": "text"},
-        "train_seconds": {"raw_value": summary["train_seconds"], "type": "float"},
-    }
+
+    checkpoint_dir: str
+    steps: int
+    train_rows: int
+    filtered_task_ids: list[str]
+    verifier_versions: dict[str, list[int]]
+    reward_means: dict[str, float | None]
+    final_reward_mean: float | None
+    resumed_from: str | None
+    train_seconds: float
+
+    @property
+    def filtered_rows(self) -> int:
+        """Rows dropped for prompts longer than `max_prompt_tokens`."""
+        return len(self.filtered_task_ids)
+
+    @classmethod
+    def from_run(cls, result: GRPOResult) -> GRPOJobResult:
+        """The record of a finished in-process run (`training.grpo.run_grpo`)."""
+        summary = result.summary()
+        return cls(**{f.name: summary[f.name] for f in dataclasses.fields(cls)})
+
+    def summary(self) -> dict[str, Any]:
+        """Every field plus `filtered_rows`, JSON-ready: the last stdout line, and the `grpo_summary` message."""
+        return {**dataclasses.asdict(self), "filtered_rows": self.filtered_rows}
+
+    def to_metadata(self) -> dict[str, Any]:
+        """Asset metadata in `dagster_pipes` form (typed where inference would guess wrong), for
+        `pipes.report_asset_materialization(metadata=...)`."""
+        reward = self.final_reward_mean
+        return {
+            "checkpoint_dir": {"raw_value": self.checkpoint_dir, "type": "path"},
+            "steps": self.steps,
+            "final_reward_mean": {"raw_value": reward, "type": "float" if reward is not None else "null"},
+            "train_rows": self.train_rows,
+            "filtered_rows": self.filtered_rows,
+            "filtered_task_ids": {"raw_value": self.filtered_task_ids, "type": "json"},
+            "verifier_versions": {"raw_value": self.verifier_versions, "type": "json"},
+            "reward_means": {"raw_value": self.reward_means, "type": "json"},
+            "resumed_from": {"raw_value": self.resumed_from or "", "type": "text"},
+            "train_seconds": {"raw_value": self.train_seconds, "type": "float"},
+        }
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> GRPOJobResult:
+        """Read a result back from its materialization metadata.
+
+        Args:
+            metadata: plain values (as Dagster's `MetadataValue.value` gives them) or the `dagster_pipes` form
+                `to_metadata` writes; keys that are not fields (`filtered_rows`) are ignored.
+
+        Raises:
+            GRPOJobResultError: a field's key is missing, or its value has the wrong type.
+        """
+        values = {key: _raw_value(value) for key, value in metadata.items()}
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in values]
+        if missing:
+            reported = ", ".join(sorted(values)) or "nothing"
+            raise GRPOJobResultError(
+                f"the GRPO job's result lacks {', '.join(missing)} (it reported: {reported})",
+                hint="the job and the asset must run the same seedwheel code (GRPOJobResult.to_metadata writes what "
+                "from_metadata reads)",
+            )
+        reward = _typed(values, "final_reward_mean", (int, float, type(None)), "a number or null")
+        return cls(
+            checkpoint_dir=_typed(values, "checkpoint_dir", str, "a path"),
+            steps=_typed(values, "steps", int, "an integer"),
+            train_rows=_typed(values, "train_rows", int, "an integer"),
+            filtered_task_ids=list(_typed(values, "filtered_task_ids", list, "a list of task ids")),
+            verifier_versions=dict(_typed(values, "verifier_versions", dict, "an object")),
+            reward_means=dict(_typed(values, "reward_means", dict, "an object")),
+            final_reward_mean=None if reward is None else float(reward),
+            resumed_from=_typed(values, "resumed_from", (str, type(None)), "text") or None,
+            train_seconds=float(_typed(values, "train_seconds", (int, float), "a number")),
+        )
+
+
+def _raw_value(value: Any) -> Any:
+    """A metadata value without its `dagster_pipes` wrapper (`{"raw_value": ..., "type": ...}`)."""
+    if isinstance(value, Mapping) and set(value) == {"raw_value", "type"}:
+        return value["raw_value"]
+    return value
+
+
+def _typed(values: Mapping[str, Any], name: str, kinds: type | tuple[type, ...], expected: str) -> Any:
+    value = values[name]
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise GRPOJobResultError(f"the GRPO job's result has {name}={value!r}; expected {expected}")
+    return value
 
 
 def _load_config(config_path: str | None, pipes: Any | None) -> GRPOJobConfig:
@@ -274,7 +384,7 @@ def _train(job_config_path: str | None, pipes: Any | None) -> tuple[int, GRPORes
     return EXIT_OK, result
 
 
-def _emit_summary(result: GRPOResult) -> None:
+def _emit_summary(result: GRPOJobResult) -> None:
     # The last stdout line is the machine-readable result for callers without Pipes.
     sys.stdout.write(json.dumps(result.summary(), sort_keys=True) + "\n")
     sys.stdout.flush()
@@ -303,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not pipes_requested():
         code, result = _train(args.config, None)
         if result is not None:
-            _emit_summary(result)
+            _emit_summary(GRPOJobResult.from_run(result))
         return code
 
     from dagster_pipes import open_dagster_pipes
@@ -315,11 +425,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             code, result = _train(args.config, pipes)
             if result is not None:
+                reported = GRPOJobResult.from_run(result)
                 if pipes.is_asset_step:
-                    pipes.report_asset_materialization(metadata=materialization_metadata(result))
+                    pipes.report_asset_materialization(metadata=reported.to_metadata())
                 else:
-                    pipes.report_custom_message({"kind": "grpo_summary", **result.summary()})
-                _emit_summary(result)
+                    pipes.report_custom_message({"kind": "grpo_summary", **reported.summary()})
+                _emit_summary(reported)
         finally:
             for name in _FORWARDED_LOGGERS:
                 logging.getLogger(name).removeHandler(handler)

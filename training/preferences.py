@@ -42,6 +42,7 @@ from typing import Any, Literal, get_args
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core import SeedwheelError
 from validators.export import MESSAGE_TYPE, ExportedSplit
 from validators.tables import atomic_write, write_jsonl
 
@@ -68,7 +69,7 @@ PAIR_SCHEMA = pa.schema(
 PAIR_COLUMNS = tuple(PAIR_SCHEMA.names)
 
 
-class PreferenceDataError(ValueError):
+class PreferenceDataError(SeedwheelError, ValueError):
     """Rollouts or settings that cannot make pairs: a sample without a field, a bad split or cap; names the row."""
 
 

@@ -1,6 +1,6 @@
 """The promotion gate: promote a candidate checkpoint only when held-out evaluation says it is better.
 
-`decide(comparison, policy)` reads a paired comparison (`training.evaluation.compare`, candidate minus
+`decide(comparison, policy)` reads a paired comparison (`training.stats.compare`, candidate minus
 baseline pass@1 on the same eval tasks) and applies three rules, all of which must hold:
 
 1. **enough tasks**: at least `policy.min_tasks` paired tasks, else nothing can be concluded;
@@ -34,17 +34,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from training.evaluation import Comparison, PairedDifference
+from core import SeedwheelError
+from training.stats import Comparison, PairedDifference
 from validators.tables import atomic_write, file_lock
 
 REGISTRY_FORMAT = 1
+# How a family's regression is judged: by its mean difference, or only by its whole confidence interval.
+FamilyRule = Literal["mean", "ci"]
 
 
-class PromotionPolicyError(ValueError):
+class PromotionPolicyError(SeedwheelError, ValueError):
     """A promotion policy with impossible values; the message gives the value and the fix."""
 
 
-class PromotionRegistryError(ValueError):
+class PromotionRegistryError(SeedwheelError, ValueError):
     """A promotion registry file that cannot be read; the message names the file and the fix."""
 
 
@@ -68,7 +71,7 @@ class PromotionPolicy:
 
     min_improvement: float = 0.0
     max_family_regression: float = 0.05
-    family_rule: Literal["mean", "ci"] = "mean"
+    family_rule: FamilyRule = "mean"
     min_tasks: int = 20
     min_family_tasks: int = 5
 
@@ -114,7 +117,7 @@ def decide(
     """Apply the promotion rules to a paired comparison.
 
     Args:
-        comparison: candidate vs baseline (`training.evaluation.compare`).
+        comparison: candidate vs baseline (`training.stats.compare`).
         policy: the thresholds; the defaults when None.
         split_epochs: `{"baseline": epoch, "candidate": epoch}`, the split epoch each was trained under (None:
             not a trained checkpoint, e.g. the base model); rule 4.
@@ -126,7 +129,7 @@ def decide(
         metadata plus the policy.
 
     Example:
-        >>> from training.evaluation import compare
+        >>> from training.stats import compare
         >>> verdicts = {f"t{i}": [True] for i in range(30)}
         >>> families = dict.fromkeys(verdicts, "sql")
         >>> decide(compare(verdicts, dict.fromkeys(verdicts, [False]), families)).promote
@@ -172,7 +175,8 @@ def decide(
         blocked = True
         reasons.append(
             f"baseline trained under split epoch {baseline_epoch}, candidate under {candidate_epoch}: a re-split "
-            "lies between them, their eval sets differ, so they are not compared (README, 'Splits across nights')"
+            "lies between them, their eval sets differ, so they are not compared "
+            "(docs/curation.md, 'Splits across nights')"
         )
 
     numbers: dict[str, float | int] = dict(comparison.as_metadata())

@@ -29,6 +29,10 @@ reported: TRL gives such rows reward 0, and training tasks that no function cove
 
 The combined score of a row is the weighted mean over the functions that apply to it (weights normalised by
 their absolute sum), so a single reward in [0, 1] stays in [0, 1] and weights compare across configs.
+
+The outcome is one `AuditCheck` record per check (name, passed, severity, message, figures): callers read the
+fields, people read the messages. A `warning` (a labelled row or family the reward does not cover) is shown and
+never fails the audit; an `error` that did not pass does.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from core import SeedwheelError
 from validators.registry import REGISTRY, HackProbe, UnknownVerifierError, VerifyContext, spec_problems
 
 PROBES = ("empty", "constant", "majority_reference", "random", "echo_prompt")
@@ -55,11 +60,11 @@ _RANDOM_LENGTH = 80
 _EXAMPLES_IN_REASON = 3
 
 
-class RewardAuditInputError(ValueError):
+class RewardAuditInputError(SeedwheelError, ValueError):
     """A labelled audit file the audit cannot use; the message names the file, the line and the fix."""
 
 
-class RewardAuditPolicyError(ValueError):
+class RewardAuditPolicyError(SeedwheelError, ValueError):
     """A reward-audit policy with impossible values; the message gives the value and the fix."""
 
 
@@ -135,14 +140,61 @@ class LabelledCompletion:
     line: int = 0
 
 
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class AuditCheck:
+    """One check of the reward audit, as a record: callers read `passed` and `severity`, people read `message`.
+
+    Attributes:
+        name: what was checked: `agreement`, `false_accept_rate`, `false_reject_rate`, `labelled_scored`,
+            `labelled_unscored`, `probe/<probe>`, `probe_tasks`, `probe_coverage`, `hack_probes_built`,
+            `hack_probe/<probe>`, `hack_probes`, `labelled_families` (`/error` added where a reward misbehaved).
+        passed: whether the reward met this check.
+        message: the line shown to people (a passing one ends in `: ok`; a warning starts with `note:`).
+        severity: `error` fails the audit when not passed; `warning` is reported and never fails it.
+        figures: the numbers behind the line (the value and its limit, counts).
+
+    Example:
+        >>> AuditCheck("agreement", True, "agreement 1.00 (4/4 labelled rows) >= 0.95: ok").blocks
+        False
+    """
+
+    name: str
+    passed: bool
+    message: str
+    severity: Severity = "error"
+    figures: dict[str, float | int] = field(default_factory=dict)
+
+    @property
+    def blocks(self) -> bool:
+        """Whether this check fails the audit (an error that did not pass)."""
+        return self.severity == "error" and not self.passed
+
+
 @dataclass(frozen=True)
 class RewardAudit:
-    """The audit's outcome: pass/fail, one readable line per check, the numbers, and the scored labelled rows."""
+    """The audit's outcome: one record per check, the numbers, and the scored labelled rows."""
 
-    passed: bool
-    reasons: list[str]
+    checks: list[AuditCheck]
     numbers: dict[str, float | int]
     rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        """True when no error-severity check failed (warnings never fail the audit)."""
+        return not self.failures
+
+    @property
+    def failures(self) -> list[AuditCheck]:
+        """The checks that fail the audit, in order."""
+        return [check for check in self.checks if check.blocks]
+
+    @property
+    def reasons(self) -> list[str]:
+        """Every check's line, in order, passing ones too."""
+        return [check.message for check in self.checks]
 
 
 def load_labelled(path: str | os.PathLike[str], *, context: VerifyContext | None = None) -> list[LabelledCompletion]:
@@ -322,9 +374,10 @@ def _audit_labelled(
     weights: Sequence[float],
     labelled: Sequence[LabelledCompletion],
     policy: RewardAuditPolicy,
-    reasons: list[str],
+    checks: list[AuditCheck],
     numbers: dict[str, float | int],
-) -> tuple[bool, list[dict[str, Any]]]:
+) -> list[dict[str, Any]]:
+    """Score the labelled rows, add the agreement and false-accept/false-reject checks; returns the scored rows."""
     scored = score_with_rewards(
         reward_funcs,
         weights,
@@ -337,8 +390,8 @@ def _audit_labelled(
         },
     )
     if scored.error:
-        reasons.append(f"labelled set: {scored.error}")
-        return False, []
+        checks.append(AuditCheck("labelled/error", False, f"labelled set: {scored.error}"))
+        return []
     rows: list[dict[str, Any]] = []
     for row, score, detail in zip(labelled, scored.scores, scored.details, strict=True):
         accepted = None if score is None else score >= policy.accept_threshold - 1e-9
@@ -378,46 +431,82 @@ def _audit_labelled(
         }
     )
     if unscored:
-        reasons.append(
-            f"note: {unscored} of {len(rows)} labelled rows get no reward from any function (left out of the rates)"
+        checks.append(
+            AuditCheck(
+                "labelled_unscored",
+                False,
+                f"note: {unscored} of {len(rows)} labelled rows get no reward from any function (left out of the "
+                "rates)",
+                severity="warning",
+                figures={"unscored": unscored, "rows": len(rows)},
+            )
         )
     if not judged:
-        reasons.append("labelled set: no row is scored by these reward functions, so agreement cannot be measured")
-        return False, rows
+        checks.append(
+            AuditCheck(
+                "labelled_scored",
+                False,
+                "labelled set: no row is scored by these reward functions, so agreement cannot be measured",
+                figures={"scored": 0, "rows": len(rows)},
+            )
+        )
+        return rows
 
     def examples(found: list[dict[str, Any]]) -> str:
         shown = ", ".join(f"{r['id']} ({r['score']:.2f})" for r in found[:_EXAMPLES_IN_REASON])
         return f", e.g. {shown}" if found else ""
 
-    ok = True
-    agreed = f"({len(judged) - len(false_accepts) - len(false_rejects)}/{len(judged)} labelled rows)"
-    if agreement >= policy.min_agreement:
-        reasons.append(f"agreement {agreement:.2f} {agreed} >= {policy.min_agreement:.2f}: ok")
-    else:
-        ok = False
-        reasons.append(
-            f"agreement {agreement:.2f} {agreed} < min {policy.min_agreement:.2f}: "
-            "the reward disagrees with human verdicts"
+    agreed_rows = len(judged) - len(false_accepts) - len(false_rejects)
+    agreed = f"({agreed_rows}/{len(judged)} labelled rows)"
+    passed = agreement >= policy.min_agreement
+    checks.append(
+        AuditCheck(
+            "agreement",
+            passed,
+            f"agreement {agreement:.2f} {agreed} >= {policy.min_agreement:.2f}: ok"
+            if passed
+            else f"agreement {agreement:.2f} {agreed} < min {policy.min_agreement:.2f}: "
+            "the reward disagrees with human verdicts",
+            figures={"value": agreement, "limit": policy.min_agreement, "agreed": agreed_rows, "scored": len(judged)},
         )
+    )
     counts = f"({len(false_accepts)} of {len(human_rejects)} human-rejected completions accepted)"
-    if fa_rate <= policy.max_false_accept_rate:
-        reasons.append(f"false-accept rate {fa_rate:.2f} {counts} <= {policy.max_false_accept_rate:.2f}: ok")
-    else:
-        ok = False
-        reasons.append(
-            f"false-accept rate {fa_rate:.2f} {counts} > max {policy.max_false_accept_rate:.2f}: the reward pays "
-            f"for wrong answers{examples(false_accepts)}"
+    passed = fa_rate <= policy.max_false_accept_rate
+    checks.append(
+        AuditCheck(
+            "false_accept_rate",
+            passed,
+            f"false-accept rate {fa_rate:.2f} {counts} <= {policy.max_false_accept_rate:.2f}: ok"
+            if passed
+            else f"false-accept rate {fa_rate:.2f} {counts} > max {policy.max_false_accept_rate:.2f}: the reward "
+            f"pays for wrong answers{examples(false_accepts)}",
+            figures={
+                "value": fa_rate,
+                "limit": policy.max_false_accept_rate,
+                "false_accepts": len(false_accepts),
+                "human_rejects": len(human_rejects),
+            },
         )
+    )
     counts = f"({len(false_rejects)} of {len(human_accepts)} human-accepted completions rejected)"
-    if fr_rate <= policy.max_false_reject_rate:
-        reasons.append(f"false-reject rate {fr_rate:.2f} {counts} <= {policy.max_false_reject_rate:.2f}: ok")
-    else:
-        ok = False
-        reasons.append(
-            f"false-reject rate {fr_rate:.2f} {counts} > max {policy.max_false_reject_rate:.2f}: the reward fails "
-            f"right answers{examples(false_rejects)}"
+    passed = fr_rate <= policy.max_false_reject_rate
+    checks.append(
+        AuditCheck(
+            "false_reject_rate",
+            passed,
+            f"false-reject rate {fr_rate:.2f} {counts} <= {policy.max_false_reject_rate:.2f}: ok"
+            if passed
+            else f"false-reject rate {fr_rate:.2f} {counts} > max {policy.max_false_reject_rate:.2f}: the reward "
+            f"fails right answers{examples(false_rejects)}",
+            figures={
+                "value": fr_rate,
+                "limit": policy.max_false_reject_rate,
+                "false_rejects": len(false_rejects),
+                "human_accepts": len(human_accepts),
+            },
         )
-    return ok, rows
+    )
+    return rows
 
 
 def _mean(values: Sequence[float | None]) -> float:
@@ -480,12 +569,14 @@ def _audit_probes(
     weights: Sequence[float],
     tasks: Sequence[Mapping[str, Any]],
     policy: RewardAuditPolicy,
-    reasons: list[str],
+    checks: list[AuditCheck],
     numbers: dict[str, float | int],
-) -> bool:
+) -> None:
     if not tasks:
-        reasons.append("probes: no tasks to probe the reward on; pass the training tasks")
-        return False
+        checks.append(
+            AuditCheck("probe_tasks", False, "probes: no tasks to probe the reward on; pass the training tasks")
+        )
+        return
     prompts = [_messages(task) for task in tasks]
     families = [str(task.get("family") or "unknown") for task in tasks]
     columns = {
@@ -493,15 +584,13 @@ def _audit_probes(
         "family": families,
         "verifier": [task["verifier"] for task in tasks],
     }
-    ok = True
     covered = [False] * len(tasks)
     numbers["probe/tasks"] = len(tasks)
     for probe in policy.probes:
         completions = probe_completions(tasks, probe, constant_text=policy.constant_text, seed=policy.seed)
         scored = score_with_rewards(reward_funcs, weights, prompts, completions, columns)
         if scored.error:
-            reasons.append(f"probe {probe}: {scored.error}")
-            ok = False
+            checks.append(AuditCheck(f"probe/{probe}/error", False, f"probe {probe}: {scored.error}"))
             continue
         by_family: dict[str, list[float]] = {}
         for i, (family, score) in enumerate(zip(families, scored.scores, strict=True)):
@@ -516,27 +605,36 @@ def _audit_probes(
         worst = sorted(((f, m) for f, m in family_means.items() if m > policy.max_probe_score), key=lambda fm: -fm[1])
         label = f"probe {probe}" + (f" ({policy.constant_text!r})" if probe == "constant" else "")
         top = max(family_means.values(), default=0.0)
+        figures: dict[str, float | int] = {
+            "mean": overall,
+            "highest_family_mean": top,
+            "limit": policy.max_probe_score,
+        }
         if not worst:
-            reasons.append(
+            message = (
                 f"{label} mean reward {overall:.2f} (highest family {top:.2f}) <= {policy.max_probe_score:.2f}: ok"
             )
+            checks.append(AuditCheck(f"probe/{probe}", True, message, figures=figures))
             continue
-        ok = False
         listed = ", ".join(f"{f} {m:.2f} ({len(by_family[f])} tasks)" for f, m in worst)
-        reasons.append(
+        message = (
             f"{label} mean reward {overall:.2f} over {sum(len(v) for v in by_family.values())} tasks; above max "
             f"{policy.max_probe_score:.2f} in {listed}: the reward pays for a completion that ignores the task"
         )
+        checks.append(AuditCheck(f"probe/{probe}", False, message, figures={**figures, "families_above": len(worst)}))
     uncovered = [families[i] for i, hit in enumerate(covered) if not hit]
     numbers["probe/tasks_without_reward"] = len(uncovered)
     if uncovered and policy.probes:
-        ok = False
         shown = ", ".join(f"{family} {count}" for family, count in sorted(Counter(uncovered).items()))
-        reasons.append(
-            f"{len(uncovered)} of {len(tasks)} tasks get no reward from any function ({shown}): TRL scores them 0; "
-            "add a reward for their verifier or '*'"
+        checks.append(
+            AuditCheck(
+                "probe_coverage",
+                False,
+                f"{len(uncovered)} of {len(tasks)} tasks get no reward from any function ({shown}): TRL scores them "
+                "0; add a reward for their verifier or '*'",
+                figures={"tasks_without_reward": len(uncovered), "tasks": len(tasks)},
+            )
         )
-    return ok
 
 
 def hack_probe_rows(
@@ -578,14 +676,20 @@ def _audit_hack_probes(
     tasks: Sequence[Mapping[str, Any]],
     policy: RewardAuditPolicy,
     context: VerifyContext,
-    reasons: list[str],
+    checks: list[AuditCheck],
     numbers: dict[str, float | int],
-) -> bool:
+) -> None:
     rows, problems = hack_probe_rows(tasks, context)
-    ok = not problems
     if problems:
         shown = "; ".join(problems[:_EXAMPLES_IN_REASON])
-        reasons.append(f"hack probes could not be built for {len(problems)} tasks ({shown}): fix those tasks")
+        checks.append(
+            AuditCheck(
+                "hack_probes_built",
+                False,
+                f"hack probes could not be built for {len(problems)} tasks ({shown}): fix those tasks",
+                figures={"tasks_without_probes": len(problems), "tasks": len(tasks)},
+            )
+        )
     ids = [str(task.get("task_id", i)) for i, task in enumerate(tasks)]
     scored = score_with_rewards(
         reward_funcs,
@@ -599,8 +703,8 @@ def _audit_hack_probes(
         },
     )
     if scored.error:
-        reasons.append(f"hack probes: {scored.error}")
-        return False
+        checks.append(AuditCheck("hack_probes/error", False, f"hack probes: {scored.error}"))
+        return
     runs: Counter[str] = Counter(probe.name for _, probe in rows)
     paid: dict[str, list[str]] = {}
     for (i, probe), score in zip(rows, scored.scores, strict=True):
@@ -613,17 +717,26 @@ def _audit_hack_probes(
         numbers[f"hack_probe/{name}/runs"] = runs[name]
         numbers[f"hack_probe/{name}/paid"] = len(paid.get(name, []))
     for name, found in sorted(paid.items()):
-        ok = False
-        reasons.append(
-            f"hack probe {name} paid above {policy.max_probe_score:.2f} on {len(found)} of {runs[name]} tasks, e.g. "
-            f"{', '.join(found[:_EXAMPLES_IN_REASON])}: the reward pays a completion that does not solve the task"
+        checks.append(
+            AuditCheck(
+                f"hack_probe/{name}",
+                False,
+                f"hack probe {name} paid above {policy.max_probe_score:.2f} on {len(found)} of {runs[name]} tasks, "
+                f"e.g. {', '.join(found[:_EXAMPLES_IN_REASON])}: the reward pays a completion that does not solve "
+                "the task",
+                figures={"paid": len(found), "runs": runs[name], "limit": policy.max_probe_score},
+            )
         )
     if not paid:
-        reasons.append(
-            f"hack probes: none of {len(rows)} ({len(runs)} kinds over {numbers['hack_probe/tasks']} tasks) paid "
-            f"above {policy.max_probe_score:.2f}: ok"
+        checks.append(
+            AuditCheck(
+                "hack_probes",
+                True,
+                f"hack probes: none of {len(rows)} ({len(runs)} kinds over {numbers['hack_probe/tasks']} tasks) paid "
+                f"above {policy.max_probe_score:.2f}: ok",
+                figures={"runs": len(rows), "kinds": len(runs), "limit": policy.max_probe_score},
+            )
         )
-    return ok
 
 
 def audit_reward(
@@ -648,8 +761,9 @@ def audit_reward(
             reward functions were given; the default as in `verify`.
 
     Returns:
-        `RewardAudit(passed, reasons, numbers, rows)`: `reasons` has one line per check, passing ones too;
-        `rows` are the labelled rows with the reward's score and whether it agreed.
+        `RewardAudit(checks, numbers, rows)`: one `AuditCheck` per check, passing ones too (`passed` is False
+        when an error-severity check failed; `failures` lists those, `reasons` every check's line); `rows` are
+        the labelled rows with the reward's score and whether it agreed.
 
     Raises:
         RewardAuditPolicyError: weights that do not match the functions, or no functions.
@@ -671,15 +785,23 @@ def audit_reward(
         )
     if not any(weights):
         raise RewardAuditPolicyError("every reward weight is 0; nothing would be rewarded")
-    reasons: list[str] = []
+    checks: list[AuditCheck] = []
     numbers: dict[str, float | int] = {}
-    labelled_ok, rows = _audit_labelled(reward_funcs, weights, labelled, policy, reasons, numbers)
-    probes_ok = _audit_probes(reward_funcs, weights, tasks, policy, reasons, numbers)
+    rows = _audit_labelled(reward_funcs, weights, labelled, policy, checks, numbers)
+    _audit_probes(reward_funcs, weights, tasks, policy, checks, numbers)
     if policy.hack_probes:
-        probes_ok = _audit_hack_probes(reward_funcs, weights, tasks, policy, context, reasons, numbers) and probes_ok
+        _audit_hack_probes(reward_funcs, weights, tasks, policy, context, checks, numbers)
     task_families = {str(task.get("family") or "unknown") for task in tasks}
     missing = sorted(task_families - {row.family for row in labelled})
     if missing:
-        # Not blocking: the probes still cover those families, but nobody checked the reward accepts their answers.
-        reasons.append(f"note: no labelled rows for families {', '.join(missing)}; add some to the audit set")
-    return RewardAudit(passed=labelled_ok and probes_ok, reasons=reasons, numbers=numbers, rows=rows)
+        # A warning: the probes still cover those families, but nobody checked the reward accepts their answers.
+        checks.append(
+            AuditCheck(
+                "labelled_families",
+                False,
+                f"note: no labelled rows for families {', '.join(missing)}; add some to the audit set",
+                severity="warning",
+                figures={"families_without_rows": len(missing)},
+            )
+        )
+    return RewardAudit(checks=checks, numbers=numbers, rows=rows)

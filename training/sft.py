@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core import SeedwheelError
 from training.checkpoints import (
     MissingPeftError,
     last_complete_checkpoint,
@@ -48,11 +49,11 @@ CHECKPOINTS_PER_RUN = 5
 KEEP_CHECKPOINTS = 2
 
 
-class SFTConfigError(ValueError):
+class SFTConfigError(SeedwheelError, ValueError):
     """SFT settings that cannot run (a bad number, an unknown override, LoRA without peft); says the fix."""
 
 
-class SFTDataError(ValueError):
+class SFTDataError(SeedwheelError, ValueError):
     """Tasks that cannot feed SFT: none has a reference, or a task is malformed (the message names it)."""
 
 

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core import SeedwheelError
 from llm.models import build_model_dir, package_version
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ SPECIAL_TOKENS = (PAD_TOKEN, BOS_OF_TURN, EOS_TOKEN)
 _VERSIONED_PACKAGES = ("torch", "transformers", "tokenizers", "trl")
 
 
-class TinyModelError(ValueError):
+class TinyModelError(SeedwheelError, ValueError):
     """Bad parameters for a tiny model, or a target directory that is not a tiny-model build."""
 
 
@@ -231,8 +232,7 @@ def _build_into(directory: Path, spec: TinyModelSpec, texts: list[str]) -> None:
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = _train_tokenizer(spec, texts)
-    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
-    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id  # PAD_TOKEN's and EOS_TOKEN's ids
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
@@ -283,10 +283,10 @@ def _train_tokenizer(spec: TinyModelSpec, texts: list[str]) -> PreTrainedTokeniz
     trained = json.loads(backend.to_str())["model"]
     return Qwen2Tokenizer(
         vocab=trained["vocab"],
-        merges=[tuple(pair) for pair in trained["merges"]],
+        merges=[tuple(pair) for pair in trained["merges"]],  # type: ignore[misc]  # BPE takes pairs; annotated str
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        unk_token=None,
+        unk_token=None,  # type: ignore[arg-type]  # annotated str; byte-level BPE needs no unknown token
         extra_special_tokens=[BOS_OF_TURN],
         padding_side="left",
         model_max_length=spec.max_position_embeddings,

@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core import SeedwheelError
 from validators.registry import VerifyContext, spec_problems, verify
 from validators.seeds import load_seeds
 from validators.tables import read_table, records_from_frame
@@ -29,14 +30,14 @@ from validators.tables import read_table, records_from_frame
 logger = logging.getLogger(__name__)
 
 
-class AuditInputError(ValueError):
+class AuditInputError(SeedwheelError, ValueError):
     """A tasks or completions file the audit cannot read; the message names the file, the line and the fix."""
 
     def __init__(self, path: Path, line: int | None, problem: str, fix: str):
         self.path = path
         self.line = line
         where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {problem}; {fix}")
+        super().__init__(f"{where}: {problem}", hint=fix)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ def load_tasks(path: str | Path, *, context: VerifyContext | None = None) -> dic
     path = Path(path)
     if path.is_dir() or path.suffix in (".yaml", ".yml"):
         return _load_seed_tasks(path, context)
+    records: Iterable[tuple[int, dict[str, Any]]]
     if path.suffix == ".parquet":
         records = enumerate(records_from_frame(read_table(path)), start=1)
     else:
@@ -235,7 +237,7 @@ def audit(
     return AuditReport(rows=rows, summary=summarize(rows))
 
 
-def summarize(rows: list[Mapping[str, Any]]) -> AuditSummary:
+def summarize(rows: Sequence[Mapping[str, Any]]) -> AuditSummary:
     """Totals over verdict rows (as `audit` makes them).
 
     Example:

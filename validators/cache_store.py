@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from core import SeedwheelError
 from validators.tables import atomic_write, file_lock
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ COMMIT_EVERY = 1000  # new entries between automatic commits: what a killed run 
 LOAD_ERRORS = (OSError, ValueError, TypeError, KeyError)  # what a damaged file raises while it is read
 
 
-class CacheCorruptError(ValueError):
+class CacheCorruptError(SeedwheelError, ValueError):
     """A cache file that is truncated, garbled or of another format."""
 
 

@@ -38,6 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core import SeedwheelError
 from validators.tables import JSON_COLUMNS_KEY, atomic_write, records_from_frame, write_jsonl
 from validators.tasks import canonical_json
 
@@ -57,7 +58,7 @@ EXPORT_SCHEMA = pa.schema(
 )
 
 
-class ExportError(ValueError):
+class ExportError(SeedwheelError, ValueError):
     """A task that cannot be exported (a missing field, a prompt that is not chat messages); names the row."""
 
 

@@ -21,6 +21,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from core import SeedwheelError
+
 # A fence opens with ``` plus an optional language tag, and closes at the next ``` that starts a line (so inline
 # backticks inside code or strings survive). A fence still open at the end of the text (a completion cut off by
 # the token limit) runs to the end; group 3 is None for it.
@@ -30,7 +32,7 @@ _JSON_LANGS = {"", "json", "jsonc", "json5"}
 _MAX_CANDIDATES = 32
 
 
-class _NonStandardConstant(ValueError):
+class _NonStandardConstant(SeedwheelError, ValueError):
     """Raised while parsing when the text uses NaN/Infinity, which strict JSON forbids."""
 
 

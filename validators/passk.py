@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from core import SeedwheelError
 
-class PassAtKError(ValueError):
+
+class PassAtKError(SeedwheelError, ValueError):
     """pass@k asked of results that cannot give it (too few samples, k < 1, or no tasks)."""
 
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import jsonschema
 
+from core import SeedwheelError
 from validators.pointers import json_pointer
 
 ENTRY_POINT_GROUP = "seedwheel.verifiers"
@@ -158,7 +159,7 @@ class Verifier(ABC):
         return []
 
 
-class UnknownVerifierError(KeyError):
+class UnknownVerifierError(SeedwheelError, KeyError):
     """A task names a verifier (or version) that is not registered."""
 
     def __str__(self) -> str:

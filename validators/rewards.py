@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core import SeedwheelError
 from validators.registry import REGISTRY, UnknownVerifierError, VerifyContext, verify
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ VERIFIER_COLUMN = "verifier"
 ANY_VERIFIER = "*"
 
 
-class RewardConfigError(ValueError):
+class RewardConfigError(SeedwheelError, ValueError):
     """Reward functions configured wrongly: an unknown verifier, a bad weight, or a dataset without the column."""
 
 

@@ -64,6 +64,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from core import SeedwheelError
+
 MIB = 1024 * 1024
 
 # Unprivileged uids handed to runs: far above any real account (useradd stops at 60000, subuid ranges
@@ -77,7 +79,7 @@ _DRAIN_GRACE_S = 0.2
 _CONTROL_CAP = 1 * MIB
 
 
-class SandboxConfigError(ValueError):
+class SandboxConfigError(SeedwheelError, ValueError):
     """Sandbox limits that cannot work (non-positive, or too small for the interpreter to start)."""
 
 

@@ -244,28 +244,36 @@ def load_seeds(
         per invalid record (`origin`, `task_id`, `reason_code`, `reason`, `record`).
 
     Example:
-        >>> seeds = load_seeds([Path("seeds")])
-        >>> [str(p) for p in seeds.problems]
-        []
+        >>> import tempfile
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> folder = Path(tmp.name) / "arithmetic"  # the folder names the family
+        >>> folder.mkdir()
+        >>> seed = {"prompt": "What is 2 + 3?", "verifier": {"name": "numeric_answer", "params": {"answer": 5}},
+        ...         "reference": "2 + 3 = 5\\n#### 5"}
+        >>> _ = (folder / "sums.jsonl").write_text(json.dumps(seed) + "\\n")
+        >>> seeds = load_seeds([folder])
+        >>> [str(p) for p in seeds.problems], seeds.tasks[0]["family"], seeds.tasks[0]["origin"]
+        ([], 'arithmetic', '.../arithmetic/sums.jsonl:1')
+        >>> tmp.cleanup()
     """
     seed_set = SeedSet()
     parsed: list[tuple[Any, dict[str, Any] | None, list[Problem]]] = []
     for path in discover_seed_files(paths):
         display = _display(path, root)
         seed_set.files.append(display)
-        records, problems = read_seed_file(path, display)
-        seed_set.problems.extend(problems)
-        seed_set.rejects.extend(_reject_row(p.path, p.line, None, [p.problem], None) for p in problems)
+        records, file_problems = read_seed_file(path, display)
+        seed_set.problems.extend(file_problems)
+        seed_set.rejects.extend(_reject_row(p.path, p.line, None, [p.problem], None) for p in file_problems)
         parsed.extend((record, *to_task_record(record)) for record in records)
     # The verifier checks run together (threads; the sandbox does the waiting), through the cache when given.
-    checkable = [i for i, (_, task, problems) in enumerate(parsed) if task is not None and not problems]
-    verdicts = check_tasks([parsed[i][1] for i in checkable], context, cache=cache)  # type: ignore[misc]
-    for i, problems in zip(checkable, verdicts, strict=True):
-        parsed[i] = (parsed[i][0], parsed[i][1], problems)
+    checkable = [(i, task) for i, (_, task, problems) in enumerate(parsed) if task is not None and not problems]
+    verdicts = check_tasks([task for _, task in checkable], context, cache=cache)
+    for (i, checked), problems in zip(checkable, verdicts, strict=True):
+        parsed[i] = (parsed[i][0], checked, problems)
     first_seen: dict[str, str] = {}
     for record, task, problems in parsed:
         previous = first_seen.get(task["task_id"]) if task is not None and not problems else None
-        if previous is not None:
+        if task is not None and previous is not None:
             message = f"duplicate task_id {task['task_id']}: same prompt and verifier as {previous}"
             problems = [Problem("duplicate_task_id", "/", message, "remove one of the two records")]
         if problems:
@@ -275,6 +283,7 @@ def load_seeds(
             task_id = task.get("task_id") if task else None
             seed_set.rejects.append(_reject_row(record.path, record.line, task_id, problems, record.raw))
             continue
+        assert task is not None  # to_task_record gives a task or its problems
         first_seen[task["task_id"]] = record.origin
         seed_set.tasks.append({**task, "origin": record.origin})
     return seed_set

@@ -81,7 +81,7 @@ def atomic_write(path: Path, mode: str = "wb") -> Iterator[IO[Any]]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -98,7 +98,7 @@ def file_lock(path: Path) -> Iterator[None]:
     For read-modify-write of shared files (the dedup index, the promotion registry) by runs that overlap. It
     is `flock(2)`: the kernel drops it when its holder dies, so a killed run never leaves it held; two
     processes, or two threads each opening the lock, exclude each other. Local file systems and NFSv4 honour
-    it, object storage has no locks (see README "Scaling out").
+    it, object storage has no locks (see docs/production.md, "Scaling out").
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -14,11 +14,15 @@ from typing import Any
 
 import jsonschema
 
+from core import SeedwheelError
 from validators.cache_store import CacheStore, file_digest
 from validators.pointers import json_pointer
+from validators.records import TaskRecord
 from validators.registry import REGISTRY, VerifyContext, spec_problems, verify
 
-TASK_FIELDS = ("task_id", "family", "prompt", "verifier", "reference", "lineage", "difficulty", "tags")
+# The record's keys in schema order, from the one TypedDict (validators.records), which a test keeps in step with
+# the JSON Schema.
+TASK_FIELDS: tuple[str, ...] = tuple(TaskRecord.__annotations__)
 # Bump when what `check_task` decides changes without a verifier version bump, or when `Problem` changes shape.
 VERDICT_KEY_FORMAT = 1
 
@@ -45,7 +49,7 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def compute_task_id(prompt: list[Mapping[str, Any]], verifier: Mapping[str, Any]) -> str:
+def compute_task_id(prompt: Sequence[Mapping[str, Any]], verifier: Mapping[str, Any]) -> str:
     """Content hash of a task: the prompt messages plus the verifier's name and params.
 
     The verifier *version* is left out on purpose: a bug fix in a verifier bumps its version, and that must
@@ -240,7 +244,7 @@ def validate_task(record: Mapping[str, Any], context: VerifyContext | None = Non
         raise InvalidTaskError(record.get("task_id"), problems)
 
 
-class InvalidTaskError(ValueError):
+class InvalidTaskError(SeedwheelError, ValueError):
     """A record that is not a valid task; the message lists each problem with its JSON pointer and fix."""
 
     def __init__(self, task_id: str | None, problems: list[Problem]):
@@ -342,8 +346,9 @@ def check_tasks(
             checks = pool.map(lambda i: check_task(records[i], context, check_wrong_answer=True), todo)
             for i, check in zip(todo, checks, strict=True):  # in order as they finish: the cache commits as it fills
                 found[i] = check.problems
-                if cache is not None and keys[i] is not None and not check.environmental:
-                    cache.put(keys[i], [asdict(problem) for problem in check.problems])
+                key = keys[i]
+                if cache is not None and key is not None and not check.environmental:
+                    cache.put(key, [asdict(problem) for problem in check.problems])
     finally:  # a check that raised (a broken fixture) keeps the verdicts found before it
         if cache is not None:
             cache.commit()

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from core import SeedwheelError
 from curation.dedup.lsh import MAX_BUCKET_ALL_PAIRS, band_keys
 from curation.dedup.minhash import (
     NORMALIZATION_VERSION,
@@ -75,7 +76,7 @@ FORMAT_VERSION = 1
 RebuildSource = Callable[[], tuple[Sequence[Hashable], Sequence[str]]]
 
 
-class IndexCorruptError(ValueError):
+class IndexCorruptError(SeedwheelError, ValueError):
     """An index file that is missing, truncated, garbled or written for another config."""
 
 
@@ -83,7 +84,7 @@ LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, EOFError)  # what a dam
 
 
 def _crc(data: bytes | memoryview | np.ndarray) -> str:
-    buffer = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else data
+    buffer = np.ascontiguousarray(data).data.cast("B") if isinstance(data, np.ndarray) else data
     return f"{zlib.crc32(buffer) & 0xFFFFFFFF:08x}"
 
 
@@ -122,6 +123,10 @@ class DedupIndex:
         self.folder = Path(folder)
         self.config = config
         self.storage_config = storage_config
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty in memory, as a fresh `DedupIndex(folder, config, storage_config)` (the files are left alone)."""
         self.rebuilt = False
         self.rebuild_reason: str | None = None
         self.load_seconds = 0.0
@@ -129,7 +134,7 @@ class DedupIndex:
         self._key_chunks: list[bytes | list[Hashable]] = []  # JSON parsed on first use of `keys`
         self._key_hashes = np.zeros(0, dtype=np.uint64)
         self._rows = 0
-        self._signatures = np.zeros((0, config.num_perm), dtype=np.uint32)
+        self._signatures = np.zeros((0, self.config.num_perm), dtype=np.uint32)
         self._exact = np.zeros(0, dtype=np.uint64)
         self._band_keys: np.ndarray | None = None
         self._staged: list[tuple[list[Hashable], np.ndarray, np.ndarray]] = []
@@ -215,7 +220,8 @@ class DedupIndex:
 
     def _load(self) -> None:
         manifest = self._read_manifest()
-        signatures, exact, key_hashes, key_chunks = [], [], [], []
+        signatures, exact, key_hashes = [], [], []
+        key_chunks: list[bytes | list[Hashable]] = []
         for segment in manifest["segments"]:
             sig, hashes, key_hash, key_bytes = self._read_segment(segment)
             signatures.append(sig)
@@ -239,7 +245,7 @@ class DedupIndex:
         logger.warning("dedup index %s is damaged (%s): rebuilt from scratch", self.folder, reason)
         for path in [self.folder / MANIFEST, *self.folder.glob("seg-*")]:
             path.unlink(missing_ok=True)
-        self.__init__(self.folder, self.config, self.storage_config)  # type: ignore[misc]
+        self._reset()
         self.rebuilt, self.rebuild_reason = True, reason
 
     # -- reading -------------------------------------------------------------------------------------------
@@ -250,14 +256,18 @@ class DedupIndex:
     @property
     def keys(self) -> list[Hashable]:
         """Accepted keys, in the order they were committed (their ordinals); parsed on first use."""
-        if len(self._key_chunks) > 1 or any(isinstance(chunk, bytes) for chunk in self._key_chunks):
-            keys: list[Hashable] = []
-            for chunk in self._key_chunks:
-                keys.extend(json.loads(chunk) if isinstance(chunk, bytes) else chunk)
-            if len(keys) != self._rows:
-                raise IndexCorruptError(f"{self.folder} key files hold {len(keys)} keys, expected {self._rows}")
-            self._key_chunks = [keys]
-        return self._key_chunks[0] if self._key_chunks else []
+        if not self._key_chunks:
+            return []
+        first = self._key_chunks[0]
+        if len(self._key_chunks) == 1 and not isinstance(first, bytes):
+            return first
+        keys: list[Hashable] = []
+        for chunk in self._key_chunks:
+            keys.extend(json.loads(chunk) if isinstance(chunk, bytes) else chunk)
+        if len(keys) != self._rows:
+            raise IndexCorruptError(f"{self.folder} key files hold {len(keys)} keys, expected {self._rows}")
+        self._key_chunks = [keys]
+        return keys
 
     def _merge_pending(self) -> None:
         if self._pending:
@@ -415,8 +425,8 @@ class DedupIndex:
             ours = [(s["id"], s["checksum"]) for s in self._segments]
             theirs = [(s["id"], s["checksum"]) for s in manifest["segments"]]
             if theirs[: len(ours)] != ours:  # another run discarded and rebuilt the index: take it whole
-                staged, self._staged = self._staged, []
-                self.__init__(self.folder, self.config, self.storage_config)  # type: ignore[misc]
+                staged = self._staged
+                self._reset()
                 self._staged = staged
                 self._load()
             else:
@@ -455,7 +465,7 @@ class DedupIndex:
         stem = f"seg-{segment_id:05d}"
         key_bytes = json.dumps(keys, ensure_ascii=False).encode("utf-8")
         key_hash = _key_hashes(keys)
-        segment = {
+        segment: dict[str, Any] = {
             "id": segment_id,
             "rows": len(keys),
             "signatures": f"{stem}.sig.npy",

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from core import SeedwheelError
 from curation.dedup.index import DedupIndex
 from curation.dedup.lsh import band_keys, connected_components, verified_pairs, verify
 from curation.dedup.minhash import MinHashConfig, compute_signatures, exact_hash, normalize_text
@@ -36,7 +37,7 @@ from curation.dedup.minhash import MinHashConfig, compute_signatures, exact_hash
 DuplicateKind = Literal["exact", "near"]
 
 
-class DedupInputError(ValueError):
+class DedupInputError(SeedwheelError, ValueError):
     """Inputs that cannot be deduplicated as given (mismatched lengths, repeated keys, a bad JSONL line)."""
 
 
@@ -100,8 +101,9 @@ def label_arrays(
     norms = [normalize_text(t) for t in texts]
     keeper = np.arange(n, dtype=np.int64)
     kind = np.zeros(n, dtype=np.int8)
-    n_old = len(index) if index is not None else 0
-    known = index.ordinals_of(keys) >= 0 if index is not None and n_old else np.zeros(n, dtype=bool)
+    old = index if index is not None and len(index) else None  # the indexed rows this batch is compared with
+    n_old = len(old) if old is not None else 0
+    known = old.ordinals_of(keys) >= 0 if old is not None else np.zeros(n, dtype=bool)
     active = np.flatnonzero(np.fromiter((bool(t) for t in norms), dtype=bool, count=n) & ~known)
     if len(active) == 0:
         return LabelArrays(keeper, kind, 0)
@@ -112,16 +114,16 @@ def label_arrays(
     n_groups = len(group_hashes)
     first_row = np.full(n_groups, len(active), dtype=np.int64)
     np.minimum.at(first_row, group_of, np.arange(len(active)))
-    old_exact = index.exact_matches(np.asarray(group_hashes)) if n_old else np.full(n_groups, -1)
+    old_exact = old.exact_matches(np.asarray(group_hashes)) if old is not None else np.full(n_groups, -1)
 
     # One signature per group not already settled by an exact match with the index.
     signed = np.flatnonzero(old_exact < 0)
     signatures = compute_signatures([norms[active[first_row[g]]] for g in signed], config, normalized=True)
     edges = [signed[verified_pairs(signatures, config)]]  # group-group edges
     old_nodes = np.zeros(0, dtype=np.int64)
-    if n_old:
-        rows, ordinals = index.candidates(signatures, band_keys(signatures, config))
-        scores = verify(signatures, np.stack([rows, ordinals], 1), index.signatures)
+    if old is not None:
+        rows, ordinals = old.candidates(signatures, band_keys(signatures, config))
+        scores = verify(signatures, np.stack([rows, ordinals], 1), old.signatures)
         rows, ordinals = rows[scores >= config.threshold - 1e-12], ordinals[scores >= config.threshold - 1e-12]
         exact_groups = np.flatnonzero(old_exact >= 0)
         # Indexed rows taking part become nodes n_groups.. (numbered by ordinal).
@@ -131,7 +133,7 @@ def label_arrays(
     component = connected_components(n_groups + len(old_nodes), np.concatenate(edges).astype(np.int64))
 
     # Keeper order: indexed rows by ordinal (0..n_old-1), then this batch's rows by priority (n_old..).
-    rank = n_old + _rank(None if priority is None else [priority[i] for i in active], len(active))
+    rank = n_old + _rank(None if priority is None else [priority[i] for i in active.tolist()], len(active))
     node_best = np.full(n_groups + len(old_nodes), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(node_best, group_of, rank)
     node_best[n_groups:] = old_nodes
@@ -144,8 +146,8 @@ def label_arrays(
     keeper[active] = np.where(from_index, -best - 1, active[kept_active])
     is_dup = best != rank
     kept_hash = hashes[kept_active]
-    if from_index.any():
-        kept_hash = np.where(from_index, index.exact_hashes[np.where(from_index, best, 0)], kept_hash)
+    if old is not None and from_index.any():  # only indexed rows have a rank below n_old
+        kept_hash = np.where(from_index, old.exact_hashes[np.where(from_index, best, 0)], kept_hash)
     kind[active] = np.where(is_dup, np.where(kept_hash == hashes, 1, 2), 0)
 
     staged = 0
@@ -154,7 +156,9 @@ def label_arrays(
         signature_of_group = np.full(n_groups, -1, dtype=np.int64)
         signature_of_group[signed] = np.arange(len(signed))
         index.stage(
-            [keys[i] for i in active[accepted]], signatures[signature_of_group[group_of[accepted]]], hashes[accepted]
+            [keys[i] for i in active[accepted].tolist()],
+            signatures[signature_of_group[group_of[accepted]]],
+            hashes[accepted],
         )
         staged = len(accepted)
     return LabelArrays(keeper, kind, staged)
@@ -191,8 +195,10 @@ def label_duplicates(
     arrays = label_arrays(keys, texts, priority, config, index)
     kinds: tuple[DuplicateKind | None, ...] = (None, "exact", "near")
     labels = []
+    # A negative keeper is an indexed row; the index's keys are parsed only when some row needs them.
+    old_keys = index.keys if index is not None and (arrays.keeper < 0).any() else []
     for kept, kind in zip(arrays.keeper.tolist(), arrays.kind.tolist(), strict=True):
-        kept_key = keys[kept] if kept >= 0 else index.keys[-kept - 1]  # type: ignore[union-attr]
+        kept_key = keys[kept] if kept >= 0 else old_keys[-kept - 1]
         labels.append(DedupLabel(kind > 0, str(kept_key), kept_key if kind > 0 else None, kinds[kind]))
     return labels
 

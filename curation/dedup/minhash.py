@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from core import SeedwheelError
+
 # Bumped whenever normalisation, tokenisation or shingle hashing changes: a persisted index whose manifest
 # names another version is rebuilt, because its signatures would not be comparable with new ones.
 NORMALIZATION_VERSION = 1
@@ -57,7 +59,7 @@ _BATCH_CHARS = 4_000_000
 _NGRAM_MULT = _U64(0x9E3779B97F4A7C15)
 
 
-class DedupConfigError(ValueError):
+class DedupConfigError(SeedwheelError, ValueError):
     """A `MinHashConfig` with an impossible value; the message gives the numbers and a fix."""
 
 
@@ -111,8 +113,8 @@ def optimal_bands(threshold: float, num_perm: int, fn_weight: float = 0.8) -> tu
         if num_perm % rows:
             continue
         bands = num_perm // rows
-        fp = np.trapezoid(_collision_probability(below, bands, rows), below) if below.size > 1 else 0.0
-        fn = np.trapezoid(1.0 - _collision_probability(above, bands, rows), above) if above.size > 1 else 0.0
+        fp = float(np.trapezoid(_collision_probability(below, bands, rows), below)) if below.size > 1 else 0.0
+        fn = float(np.trapezoid(1.0 - _collision_probability(above, bands, rows), above)) if above.size > 1 else 0.0
         error = (1.0 - fn_weight) * fp + fn_weight * fn
         if error < best_error - 1e-12:
             best, best_error = (bands, rows), error

@@ -139,6 +139,7 @@ class JsonExtractionResample(Generator):
         params = parent["verifier"]["params"]
         schema, expected = params["schema"], params.get("expected") or {}
         user = last_user_index(parent["prompt"])
+        assert user is not None  # programmatic_variants rejects a parent without one first
         message = parent["prompt"][user]["content"]
         schema_text = json.dumps(schema, ensure_ascii=False)
         extraction = extract_json(parent.get("reference") or "")

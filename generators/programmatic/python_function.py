@@ -99,10 +99,10 @@ def mutate(rng: Any, value: Any, pool: list[Any]) -> Any:
     if isinstance(value, list):
         items = list(value)
         rng.shuffle(items)
-        edits = [items, value[::-1], value[: len(value) // 2], value + value[:1], []]
+        list_edits = [items, value[::-1], value[: len(value) // 2], value + value[:1], []]
         if siblings:
-            edits.append(rng.choice(siblings)[::-1])
-        return rng.choice(edits)
+            list_edits.append(rng.choice(siblings)[::-1])
+        return rng.choice(list_edits)
     if isinstance(value, tuple):
         return tuple(mutate(rng, list(value), [list(p) for p in siblings]))
     return value

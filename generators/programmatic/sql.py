@@ -160,6 +160,7 @@ class SqlLiteralSwap(Generator):
         params = parent["verifier"]["params"]
         path = resolve_database(params["database"], self.context or VerifyContext())
         user = last_user_index(parent["prompt"])
+        assert user is not None  # programmatic_variants rejects a parent without one first
         question = parent["prompt"][user]["content"]
         gold = params["gold_query"]
         try:

@@ -27,7 +27,7 @@ import copy
 import datetime as dt
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import jsonschema
@@ -53,6 +53,11 @@ _DAY_WORDS = re.compile(
 
 def _words(pattern: str) -> str:
     return rf"(?<![\w@.-]){pattern}(?![\w@-])"
+
+
+def _lookup(substitutions: Mapping[str, str]) -> Callable[[re.Match[str]], str]:
+    """A `re.sub` replacement: each matched surface's new text."""
+    return lambda match: substitutions[match.group()]
 
 
 def surfaces(value: Any, schema: Mapping[str, Any], request: str) -> list[str]:
@@ -155,6 +160,7 @@ def sample_value(rng: Any, key: str, value: Any, schema: Mapping[str, Any], shif
 def _sample_number(rng: Any, value: int | float, schema: Mapping[str, Any]) -> int | float | None:
     low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
     high = schema.get("maximum", schema.get("exclusiveMaximum", max(abs(value) * 3, 10)))
+    options: list[int | float]
     if isinstance(value, int):
         step = next((s for s in (100, 10, 5) if value >= 2 * s and value % s == 0), 1)
         options = [v for v in range(max(int(low), step), int(high) + 1, step) if v != value]
@@ -243,6 +249,7 @@ class ToolCallResample(Generator):
             return out
         name, values = gold
         user = last_user_index(parent["prompt"])
+        assert user is not None  # programmatic_variants rejects a parent without one first
         request = parent["prompt"][user]["content"]
         schema = tool_parameters(params).get(name, {"type": "object"})
         slots = []
@@ -284,7 +291,7 @@ class ToolCallResample(Generator):
                 continue
             # One pass over all surfaces, so a new value is never rewritten again by a later substitution.
             pattern = "|".join(_words(re.escape(s)) for s in sorted(substitutions, key=len, reverse=True))
-            new_request = re.sub(pattern, lambda m, subs=substitutions: subs[m.group()], request)
+            new_request = re.sub(pattern, _lookup(substitutions), request)
             spec = {"substitutions": substitutions}
             new_params = _with_values(params, arguments)
             [call] = gold_calls(new_params)

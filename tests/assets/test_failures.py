@@ -24,7 +24,7 @@ LOG_ASSETS = "key:failure_logs or key:failure_rejects"
 PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
 # One value per redaction rule (failures/redaction.py); none may reach a stored asset, the run log,
 # metadata or the CLI's output. Names are left out: they are redacted only by a NameDetector, which the pipeline
-# does not configure (README: names are kept by default).
+# does not configure (docs/failures.md: names are kept by default).
 PLANTED = {
     "private_key": PEM_BODY,
     "url_credentials": "Sup3r-Pw-for-db",

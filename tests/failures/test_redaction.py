@@ -3,16 +3,10 @@
 import json
 import random
 import string
-import sys
-import time
-import types
 
 import pytest
 
 from failures import (
-    KnownNamesDetector,
-    NameDetectorUnavailableError,
-    PresidioNameDetector,
     RedactionConfig,
     is_sensitive_key,
     looks_random,
@@ -339,13 +333,6 @@ def test_names_are_kept_without_a_detector():
     assert redact_text("Thanks, Ann Lee!")[0] == "Thanks, Ann Lee!"
 
 
-def test_known_names_detector():
-    config = RedactionConfig(name_detector=KnownNamesDetector(["Ann", "Lee", "Bob Smith"]))
-    text, report = redact_text("Ann Lee wrote to Bob Smith; annex and Leeds stay.", config)
-    assert text == "[NAME] [NAME] wrote to [NAME]; annex and Leeds stay."
-    assert report.counts == {"NAME": 3}
-
-
 class _SloppyDetector:
     """Returns overlapping, reversed and out-of-range spans; redaction must cope."""
 
@@ -368,62 +355,6 @@ def test_config_checks_itself():
         RedactionConfig(entropy_factor=1.5)
 
 
-def test_presidio_detector_without_presidio_says_what_to_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "presidio_analyzer", None)  # makes the import fail, installed or not
-    with pytest.raises(NameDetectorUnavailableError, match="pip install presidio-analyzer"):
-        PresidioNameDetector()
-
-
-def _fake_presidio(monkeypatch, *, model_installed):
-    """Fake `spacy.util` and `presidio_analyzer` modules, so the adapter runs without the real (unavailable) ones."""
-
-    class Result:
-        def __init__(self, start, end, score):
-            self.start, self.end, self.score = start, end, score
-
-    class AnalyzerEngine:
-        def __init__(self, nlp_engine, supported_languages):
-            self.languages = supported_languages
-
-        def analyze(self, text, entities, language):
-            assert entities == ["PERSON"] and language in self.languages
-            return [Result(0, 3, 0.85), Result(8, 12, 0.3)]
-
-    class NlpEngineProvider:
-        def __init__(self, nlp_configuration):
-            self.configuration = nlp_configuration
-
-        def create_engine(self):
-            return "engine"
-
-    spacy = types.ModuleType("spacy")
-    spacy.util = types.ModuleType("spacy.util")
-    spacy.util.is_package = lambda name: model_installed
-    presidio = types.ModuleType("presidio_analyzer")
-    presidio.AnalyzerEngine = AnalyzerEngine
-    presidio.nlp_engine = types.ModuleType("presidio_analyzer.nlp_engine")
-    presidio.nlp_engine.NlpEngineProvider = NlpEngineProvider
-    for name, module in [
-        ("spacy", spacy),
-        ("spacy.util", spacy.util),
-        ("presidio_analyzer", presidio),
-        ("presidio_analyzer.nlp_engine", presidio.nlp_engine),
-    ]:
-        monkeypatch.setitem(sys.modules, name, module)
-
-
-def test_presidio_detector_refuses_to_download_a_missing_model(monkeypatch):
-    _fake_presidio(monkeypatch, model_installed=False)
-    with pytest.raises(NameDetectorUnavailableError, match="would download it from GitHub"):
-        PresidioNameDetector()
-
-
-def test_presidio_detector_keeps_confident_person_spans(monkeypatch):
-    _fake_presidio(monkeypatch, model_installed=True)
-    config = RedactionConfig(name_detector=PresidioNameDetector(min_score=0.6))
-    assert redact_text("Ann and Dora met", config)[0] == "[NAME] and Dora met"
-
-
 @pytest.mark.parametrize(
     "text",
     [
@@ -440,6 +371,7 @@ def test_presidio_detector_keeps_confident_person_spans(monkeypatch):
     ],
 )
 def test_hostile_text_is_redacted_in_linear_time(text):
-    start = time.perf_counter()
-    redact_text(text)
-    assert time.perf_counter() - start < 10  # ~0.3 s here; quadratic behaviour would take minutes
+    # Hostile text is redacted without an error; that it takes linear time is measured in
+    # bench/bench_adversarial_inputs.py, not timed here.
+    redacted, _ = redact_text(text)
+    assert redacted

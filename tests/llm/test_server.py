@@ -333,7 +333,7 @@ class RecordingEngine:
 
 def test_waiting_requests_are_batched_up_to_max_rows_in_arrival_order() -> None:
     engine = RecordingEngine()
-    batcher = Batcher(engine, max_rows=4, window_s=0.0)  # type: ignore[arg-type]
+    batcher = Batcher(engine, max_rows=4, window_s=0.0)  # type: ignore[arg-type]  # a recording fake Engine
     # Queued before the worker starts, so the batches do not depend on timing.
     futures = [batcher.submit(GenerationRequest([i], n=n)) for i, n in enumerate([1, 2, 1, 3, 4])]
     with batcher:
@@ -347,7 +347,7 @@ def test_waiting_requests_are_batched_up_to_max_rows_in_arrival_order() -> None:
 def test_a_failed_batch_fails_its_requests_and_the_worker_goes_on() -> None:
     engine = RecordingEngine()
     engine.fail_next = True
-    with Batcher(engine, max_rows=8, window_s=0.0) as batcher:  # type: ignore[arg-type]
+    with Batcher(engine, max_rows=8, window_s=0.0) as batcher:  # type: ignore[arg-type]  # a recording fake Engine
         with pytest.raises(RuntimeError, match="out of memory"):
             batcher.submit(GenerationRequest([7])).result(timeout=10)
         assert batcher.submit(GenerationRequest([8])).result(timeout=10).completions[0].text == "8"
@@ -420,7 +420,7 @@ def test_real_model_json_schema_answers_all_validate(real_server: ModelServer, r
         n=3,
         temperature=1.0,
         max_tokens=80,
-        response_format=json_schema_format(PERSON),  # type: ignore[arg-type]
+        response_format=json_schema_format(PERSON),
     )
     assert len(reply.choices) == 3 and reply.usage.completion_tokens > 0
     for choice in reply.choices:
@@ -441,7 +441,7 @@ def test_real_server_answers_bad_requests_with_a_400_and_keeps_serving(
         real_client.chat.completions.create(
             model=real_server.model,
             messages=ASK,
-            response_format=json_schema_format({"type": "object", "properties": {"a": {"type": "nope"}}}),  # type: ignore[arg-type]
+            response_format=json_schema_format({"type": "object", "properties": {"a": {"type": "nope"}}}),
         )
     assert "Invalid type: nope" in bad_schema.value.message and "json_object" in bad_schema.value.message
 

@@ -454,3 +454,6 @@ def test_job_under_pipes_streams_metrics_and_reports_materialization(
     assert metadata["filtered_rows"]["raw_value"] == 0
     # The last step's mean reward, as its metrics message reported it.
     assert metadata["final_reward_mean"] == {"raw_value": steps[-1]["reward"], "type": "float"}
+    # What went over the wire reads back as the job's result, as the asset reads it.
+    reported = grpo_job.GRPOJobResult.from_metadata(metadata)
+    assert (reported.steps, reported.final_reward_mean) == (2, steps[-1]["reward"])

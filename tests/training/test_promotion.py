@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.evaluation import Comparison, Estimate, PairedDifference, compare
 from training.promotion import (
     PromotionPolicy,
     PromotionPolicyError,
@@ -16,6 +15,7 @@ from training.promotion import (
     PromotionRegistryError,
     decide,
 )
+from training.stats import Comparison, Estimate, PairedDifference, compare
 
 
 def table(rates: dict[str, tuple[int, float]], seed: int, samples: int = 8) -> dict[str, list[bool]]:

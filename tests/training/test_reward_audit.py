@@ -352,3 +352,55 @@ def test_policy_checks_itself(kwargs: dict[str, Any], match: str) -> None:
 def test_weights_must_match_functions(labelled: list[LabelledCompletion]) -> None:
     with pytest.raises(RewardAuditPolicyError, match="2 weights for 1 reward functions"):
         audit_reward([ConstantReward(1.0)], [1.0, 2.0], [], labelled)
+
+
+QUICK = RewardAuditPolicy(probes=("empty", "constant"), hack_probes=False)  # about the records, not the probes
+
+
+def test_every_check_is_a_record_a_caller_reads_without_parsing(labelled: list[LabelledCompletion]) -> None:
+    funcs, weights = registry_reward()
+
+    audit = audit_reward(funcs, weights, tasks_of(labelled), labelled, policy=QUICK)
+
+    by_name = {check.name: check for check in audit.checks}
+    assert list(by_name) == ["agreement", "false_accept_rate", "false_reject_rate", "probe/empty", "probe/constant"]
+    assert audit.passed and audit.failures == [] and all(check.passed for check in audit.checks)
+    assert by_name["agreement"].figures == {"value": 1.0, "limit": 0.95, "agreed": 52, "scored": 52}
+    # The lines people read are the checks' messages, unchanged: a passing one still ends in ": ok".
+    assert audit.reasons == [check.message for check in audit.checks]
+    assert by_name["agreement"].message == "agreement 1.00 (52/52 labelled rows) >= 0.95: ok"
+
+
+def test_failed_checks_are_named_and_carry_their_figures(labelled: list[LabelledCompletion]) -> None:
+    audit = audit_reward([ConstantReward(1.0)], None, tasks_of(labelled), labelled, policy=QUICK)
+
+    assert not audit.passed
+    assert [check.name for check in audit.failures] == [
+        "agreement",
+        "false_accept_rate",
+        "probe/empty",
+        "probe/constant",
+    ]
+    false_accepts = next(check for check in audit.failures if check.name == "false_accept_rate")
+    assert (false_accepts.severity, false_accepts.figures["value"], false_accepts.figures["limit"]) == (
+        "error",
+        1.0,
+        0.05,
+    )
+    assert (
+        false_accepts.message.startswith("false-accept rate 1.00")
+        and "pays for wrong answers" in false_accepts.message
+    )
+
+
+def test_a_warning_is_reported_and_never_fails_the_audit(labelled: list[LabelledCompletion]) -> None:
+    # A training family the labelled set has no rows for: nobody checked the reward accepts its answers.
+    tasks = [*tasks_of(labelled), {**tasks_of(labelled)[0], "task_id": "new-1", "family": "arithmetic_v2"}]
+    funcs, weights = registry_reward()
+
+    audit = audit_reward(funcs, weights, tasks, labelled, policy=QUICK)
+
+    [warning] = [check for check in audit.checks if check.severity == "warning"]
+    assert (warning.name, warning.passed, warning.blocks) == ("labelled_families", False, False)
+    assert warning.message == "note: no labelled rows for families arithmetic_v2; add some to the audit set"
+    assert audit.passed and audit.failures == []

@@ -1,7 +1,5 @@
 """json_schema: JSON found in free text, validated against a schema, with expected field values."""
 
-import time
-
 import pytest
 
 from tests.paths import SEEDS
@@ -242,10 +240,8 @@ def test_extract_json_rules(text, value, error):
 )
 def test_adversarial_inputs_fail_fast(text):
     # A reward function sees whatever a policy emits; extraction must stay linear and never raise.
-    start = time.perf_counter()
-    verdict = judge(text)
-    assert not verdict.passed
-    assert time.perf_counter() - start < 2.0
+    # That it stays linear is measured in bench/bench_adversarial_inputs.py, not timed here.
+    assert not judge(text).passed
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,6 @@
 """numeric_answer: the final number of free text, the way real models write it."""
 
 import json
-import time
 
 import pytest
 
@@ -329,6 +328,5 @@ def test_gsm8k_references_pass_and_altered_ones_fail():
 )
 def test_adversarial_inputs_fail_fast(text):
     # A reward function sees whatever a policy emits; extraction must stay linear and never raise.
-    start = time.perf_counter()
+    # That it stays linear is measured in bench/bench_adversarial_inputs.py, not timed here.
     assert not judge(18, text).passed
-    assert time.perf_counter() - start < 2.0

@@ -100,7 +100,7 @@ class JsonValid(Verifier):
 
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
         found = extract_json(completion.text)
-        if found.ok:
+        if found.error is None:
             return Verdict.ok()
         code, _, detail = found.error.partition(": ")
         return Verdict.fail(code, detail)
@@ -216,6 +216,7 @@ class Weighted(Verifier):
         if threshold is not None:
             because = f"; {first_failure.reason}" if first_failure is not None else ""
             return Verdict.fail("below_threshold", f"score {score:.3g} < {threshold}{because}", score=score)
+        assert first_failure is not None  # no threshold: failing means some component failed
         return Verdict(score=score, passed=False, reason=first_failure.reason)
 
     def wrong_answer(self, params: Mapping[str, Any]) -> str | None:

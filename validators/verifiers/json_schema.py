@@ -135,7 +135,7 @@ class JsonSchema(Verifier):
 
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
         found = extract_json(completion.text)
-        if not found.ok:
+        if found.error is not None:
             code, _, detail = found.error.partition(": ")
             return Verdict.fail(code, detail)
         violation = schema_violation(params["schema"], found.value)
@@ -177,7 +177,7 @@ class JsonSchema(Verifier):
 
 
 # Placeholders for the string formats the format checker knows, so that a skeleton passes the schema.
-_FORMAT_EXAMPLES = {
+_FORMAT_EXAMPLES: dict[str | None, str] = {
     "date": "2024-01-01",
     "date-time": "2024-01-01T00:00:00Z",
     "time": "00:00:00Z",
@@ -224,7 +224,7 @@ def schema_skeleton(schema: Any) -> Any:
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1)
         return math.ceil(low) if kind == "integer" else low
-    return {"boolean": False}.get(kind)
+    return False if kind == "boolean" else None
 
 
 def _hedged(expected: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
+from core import SeedwheelError
 from validators.registry import Completion, HackProbe, Verdict, Verifier, VerifyContext, register
 
 DEFAULT_REL_TOL = 1e-6
@@ -146,7 +147,9 @@ def _number_at(text: str, match: re.Match[str] | None) -> _Answer | None:
 
 
 def _number_right_after(text: str, pos: int, *, reject_step: bool = False) -> _Answer | None:
-    pos = _FILLER.match(text, pos).end()
+    filler = _FILLER.match(text, pos)
+    assert filler is not None  # a run of zero or more filler characters matches anywhere
+    pos = filler.end()
     match = _NUMBER.match(text, pos)
     if match is not None and reject_step and _STEP_NUMBER.match(text, match.end()):
         return None
@@ -203,7 +206,7 @@ def _final_answer(text: str) -> _Answer | None:
     return _number_at(text, last)
 
 
-class NumberFormatError(ValueError):
+class NumberFormatError(SeedwheelError, ValueError):
     """A task's expected answer is not a single number."""
 
 

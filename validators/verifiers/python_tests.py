@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
+from core import SeedwheelError
 from validators.extract import extract_code
 from validators.registry import Completion, HackProbe, Verdict, Verifier, VerifyContext, register
 from validators.sandbox import SandboxLimits, run_python
@@ -71,7 +72,7 @@ MAX_CODE_CHARS = 100_000
 PYTHON_FENCES = frozenset({"python", "py", "python3", "py3"})
 
 
-class TestsError(ValueError):
+class TestsError(SeedwheelError, ValueError):
     """A task's `tests` cannot be planned: a syntax error, or nothing in them is a test."""
 
     __test__ = False  # not a pytest class, despite the name

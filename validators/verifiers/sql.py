@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import quote
 
+from core import SeedwheelError
 from validators.extract import extract_code
 from validators.registry import Completion, HackProbe, Verdict, Verifier, VerifyContext, register
 
@@ -134,7 +135,7 @@ _LEADING_NOISE = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTAL
 _FIRST_WORD = re.compile(r"[A-Za-z_]+")
 
 
-class SqlTaskError(ValueError):
+class SqlTaskError(SeedwheelError, ValueError):
     """A task's SQL fixture is unusable: the database file is missing or unreadable, or the gold query fails."""
 
 
@@ -157,7 +158,7 @@ class QueryResult:
         return frozenset(table for table, _ in self.reads)
 
 
-class QueryRefused(ValueError):
+class QueryRefused(SeedwheelError, ValueError):
     """The query was not run to completion; `code` and `detail` become the verdict's reason."""
 
     def __init__(self, code: str, detail: str = ""):
@@ -317,10 +318,11 @@ def gold_result(path: Path, query: str, timeout_s: float = DEFAULT_TIMEOUT_S) ->
         SqlTaskError: the file is missing or the gold query does not run.
 
     Example:
-        >>> gold_result(Path("/nonexistent.db"), "SELECT 1").rows
-        Traceback (most recent call last):
-        ...
-        validators.verifiers.sql.SqlTaskError: SQLite database not found: /nonexistent.db ...
+        >>> try:
+        ...     gold_result(Path("/nonexistent.db"), "SELECT 1")
+        ... except SqlTaskError as error:  # a ValueError; its cause, the FileNotFoundError, is chained
+        ...     print(error)  # doctest: +ELLIPSIS
+        SQLite database not found: /nonexistent.db (resolved from verifier.params.database; ...)
     """
     try:
         stat = path.stat()
@@ -608,7 +610,8 @@ def compare_results(expected: QueryResult, got: QueryResult, *, ordered: bool) -
         return f"expected {len(expected.rows)} rows, got more than {MAX_ROWS}"
     if len(got.rows) != len(expected.rows):
         return f"expected {len(expected.rows)} rows, got {len(got.rows)}"
-    want, have = expected.rows, got.rows
+    want: Sequence[tuple[Any, ...]] = expected.rows
+    have: Sequence[tuple[Any, ...]] = got.rows
     if not ordered:
         want, have = sorted(want, key=_sort_key), sorted(have, key=_sort_key)
     for index, (e, g) in enumerate(zip(want, have, strict=True)):

@@ -128,7 +128,7 @@ class TextAnswer(Verifier):
             return Verdict.fail("not_a_choice", repr(shown))
         return Verdict.fail("answer_mismatch", f"expected {params['answers'][0]!r}, got {shown!r}")
 
-    def wrong_answer(self, params: Mapping[str, Any]) -> str | None:
+    def wrong_answer(self, params: Mapping[str, Any]) -> str:
         accepted = {normalize_answer(a) for a in params["answers"]}
         others = [c for c in params.get("choices", []) if normalize_answer(c) not in accepted]
         return f"Answer: {others[0]}" if others else f"Answer: not {params['answers'][0]}"

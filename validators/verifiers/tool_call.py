@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from core import SeedwheelError
 from validators.compare import altered, show, values_equal
 from validators.extract import balanced_objects, describe_json_error, extract_json, loads_strict
 from validators.pointers import json_pointer
@@ -125,7 +126,7 @@ class ExpectedCall:
     arguments: Mapping[str, Acceptable]
 
 
-class GoldFormatError(ValueError):
+class GoldFormatError(SeedwheelError, ValueError):
     """A `possible_answer` that is not in BFCL's ground-truth format; the message ends with its JSON Pointer."""
 
 
@@ -505,7 +506,7 @@ def _completion_calls(completion: Completion) -> list[Any] | Verdict:
     found = extract_json(completion.text)
     if found.error == "json_missing":
         return Verdict.fail("no_tool_call", "no tool_calls and no JSON in the text")
-    if not found.ok:
+    if found.error is not None:
         problem = found.error.partition(": ")[2]
         return Verdict.fail("no_tool_call", f"no tool_calls and the text's JSON is invalid ({problem})")
     return _calls_from_value(found.value)
@@ -621,10 +622,10 @@ class ToolCall(Verifier):
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
         expected = expected_calls(params)
         if not expected:
-            calls = list(completion.tool_calls) or _text_calls(completion.text)
-            if calls:
-                names = ", ".join(str(_name_and_arguments(call)[0]) for call in calls)
-                return Verdict.fail("unexpected_tool_call", f"expected no call, got {len(calls)}: {names}")
+            unexpected = list(completion.tool_calls) or _text_calls(completion.text)
+            if unexpected:
+                names = ", ".join(str(_name_and_arguments(call)[0]) for call in unexpected)
+                return Verdict.fail("unexpected_tool_call", f"expected no call, got {len(unexpected)}: {names}")
             return Verdict.ok()
         calls = _completion_calls(completion)
         if isinstance(calls, Verdict):

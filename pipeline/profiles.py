@@ -1,0 +1,180 @@
+"""The profiles: for each, every resource value and switch it sets, in one place (`PROFILES`).
+
+`quickstart` runs the whole flywheel for real on 2 CPU cores, offline, with the bundled SmolLM2-135M-Instruct;
+`production` uses served models on GPU machines, filters on the judge's labels and blocks on every gate. What a
+profile does not name is the resource's default, which is the library's (`pipeline.resources`, `Mirror`).
+`pipeline.definitions` only assembles what `profile_resources(settings)` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import dagster as dg
+
+from pipeline.resources import CurationPolicy, JudgePolicy, LLMEndpoint, PromotionGate, TrainingPolicy, VariantPlan
+from pipeline.settings import Profile, Settings
+
+
+@dataclass(frozen=True)
+class ProfileResources:
+    """What a profile decides: the resources that differ between profiles, and which gates and automations are on.
+
+    Attributes:
+        llm, plan, policy, judge, training, gate: the resources of those names.
+        judge_gate_blocks: a failing `judge_agreement` check stops the splits (else it warns).
+        nightly_running: the nightly regeneration schedule starts switched on.
+        failure_inbox_running: the failure-inbox sensor starts switched on.
+    """
+
+    llm: LLMEndpoint
+    plan: VariantPlan
+    policy: CurationPolicy
+    judge: JudgePolicy
+    training: TrainingPolicy
+    gate: PromotionGate
+    judge_gate_blocks: bool
+    nightly_running: bool
+    failure_inbox_running: bool
+
+    def resources(self) -> dict[str, dg.ConfigurableResource]:
+        """The profile's resources by the name assets ask for them."""
+        return {
+            "llm": self.llm,
+            "plan": self.plan,
+            "policy": self.policy,
+            "judge": self.judge,
+            "training": self.training,
+            "gate": self.gate,
+        }
+
+
+# The endpoint's default sampling params in both profiles (a request may set its own). They are part of every
+# LLM cache key, so changing them makes every call again; `llm.EndpointConfig`'s own defaults are 0.0 and 512.
+GENERATION_PARAMS: dict[str, Any] = {"temperature": 0.7, "max_tokens": 256}
+
+
+def quickstart(settings: Settings) -> ProfileResources:
+    """CPU, offline, the bundled 135M model on 2 cores: every stage runs on real completions, in minutes."""
+    return ProfileResources(
+        # The local server batches 8 concurrent requests into one decode loop, with both cores (the step only
+        # waits for it); a request may wait for the batch before it, hence the timeout.
+        llm=LLMEndpoint(
+            **_endpoint(settings), max_concurrency=8, timeout_s=900.0, local_threads=2, **GENERATION_PARAMS
+        ),
+        # One paraphrase of the easiest parent per family: every family shows a real rewrite, a few calls in all.
+        plan=VariantPlan(per_seed=3, rewrite_kinds=["paraphrase"], rewrites_per_kind=1, rewrite_max_per_family=1),
+        policy=CurationPolicy(),
+        # A 135M judge is a poor judge (its kappa is reported and warned about): its labels are shown, not used to
+        # filter; one task and one audit item per family, judged once, keep the quickstart within minutes.
+        judge=JudgePolicy(use_labels="all", max_per_family=1, calibration_per_family=1, calibration_samples=1),
+        # A short SFT warm-up on the references, a difficulty profile of the 3 easiest tasks per family (the
+        # contact-extraction seeds are the ones it solves sometimes), and two GRPO steps on the learnable ones
+        # alone, 4 completions per prompt so that a group's rewards can differ. Sampling at 0.7 everywhere: at 1.0
+        # over the full distribution a 135M model's answers fall apart.
+        training=TrainingPolicy(
+            **_training(settings),
+            sft_max_steps=2,
+            sft_learning_rate=1e-5,
+            sft_batch_size=2,
+            sft_max_length=512,
+            difficulty_k=4,
+            difficulty_max_new_tokens=48,
+            difficulty_batch_size=16,
+            difficulty_temperature=0.7,
+            difficulty_max_per_family=3,
+            grpo_unprofiled=False,
+            runtime="cpu",
+            grpo={
+                "temperature": 0.7,
+                "max_steps": 2,
+                "num_generations": 4,
+                "per_device_train_batch_size": 8,
+                "max_completion_length": 48,
+                "max_prompt_tokens": 768,
+                "learning_rate": 1e-5,
+                "save_steps": 2,
+            },
+        ),
+        # The easiest eval task of each family (and every held-out production failure), 4 samples each: the
+        # decision is real and made from real completions; two GRPO steps cannot be shown to help on so few
+        # tasks, and the gate says so. Batches of 16 completions (4 tasks): fewer decode loops than 8
+        # (checkpoint_eval ~10% faster, the same completions); 32 was slower, every row then reading the longest
+        # prompt's padded KV cache.
+        gate=PromotionGate(
+            registry_path=_registry(settings),
+            samples=4,
+            max_new_tokens=48,
+            temperature=0.7,
+            max_per_family=1,
+            batch_size=16,
+        ),
+        judge_gate_blocks=False,  # warns: a 135M judge cannot meet the floors
+        nightly_running=False,  # switched on in the UI
+        failure_inbox_running=False,
+    )
+
+
+def production(settings: Settings) -> ProfileResources:
+    """Served models on GPU machines (vLLM when no endpoint URL is set); the judge's labels filter the splits."""
+    return ProfileResources(
+        llm=LLMEndpoint(**_endpoint(settings), local_backend="vllm", max_concurrency=32, **GENERATION_PARAMS),
+        plan=VariantPlan(per_seed=5, rewrite_kinds=["paraphrase", "harder", "distractors"], rewrites_per_kind=2),
+        policy=CurationPolicy(),
+        judge=JudgePolicy(use_labels="accepted"),
+        training=TrainingPolicy(
+            **_training(settings),
+            grpo={"num_generations": 8, "max_completion_length": 1024, "max_prompt_tokens": 2048, "save_steps": 50},
+        ),
+        gate=PromotionGate(registry_path=_registry(settings)),
+        judge_gate_blocks=True,
+        nightly_running=True,
+        failure_inbox_running=True,
+    )
+
+
+PROFILES: dict[Profile, Callable[[Settings], ProfileResources]] = {
+    "quickstart": quickstart,
+    "production": production,
+}
+
+
+def profile_resources(settings: Settings) -> ProfileResources:
+    """The resources and switches of `settings.profile`, wired to `settings` (paths, models)."""
+    return PROFILES[settings.profile](settings)
+
+
+class _EndpointFields(TypedDict):
+    base_url: str
+    model: str
+    cache_dir: str
+    models_dir: str
+    log_dir: str
+
+
+class _TrainingFields(TypedDict):
+    base_model: str
+    models_dir: str
+
+
+def _endpoint(settings: Settings) -> _EndpointFields:
+    """The endpoint's settings-given fields: a configured URL and model (else a local server), and its folders."""
+    return {
+        "base_url": settings.llm_base_url,
+        "model": settings.llm_model,
+        "cache_dir": str(settings.home / "llm_cache"),
+        "models_dir": str(settings.models_dir),
+        "log_dir": str(settings.home / "local_model" / "logs"),
+    }
+
+
+def _training(settings: Settings) -> _TrainingFields:
+    """The policy to train (empty: the bundled model) and where the bundled model is converted."""
+    return {"base_model": settings.base_model, "models_dir": str(settings.models_dir)}
+
+
+def _registry(settings: Settings) -> str:
+    """The promotion record, under the storage root."""
+    return str(settings.home / "promotion" / "promoted.json")

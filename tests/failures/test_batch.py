@@ -1,0 +1,51 @@
+"""Stored failure records to tasks and review items: one task per task_id, review items kept in order."""
+
+import json
+
+import pytest
+
+from failures import UnredactedRecordError, derive_failure_tasks, parse_failure_log, redact
+
+QUESTION = {"role": "user", "content": "What is 17 * 3?"}
+
+
+def record(failure_id: str, *, answer: int | None = 51, question: dict = QUESTION) -> dict:
+    """A parsed, redacted failure record; with an `answer` a numeric task can be derived from it."""
+    fields = {"failure_id": failure_id, "family": "arithmetic", "messages": [question], "output": "#### 50"}
+    if answer is not None:
+        fields["expected"] = {"answer": answer}
+    (parsed,) = parse_failure_log([json.dumps(fields)], "log.jsonl").records
+    return redact(parsed)[0]
+
+
+OTHER = {"role": "user", "content": "What is 18 * 3?"}
+
+
+@pytest.mark.parametrize(
+    ("records", "tasks", "review"),
+    [
+        # An expected answer gives a task; none gives a review item.
+        ([record("f1"), record("f2", answer=None)], ["f1"], ["f2"]),
+        # The same failure logged twice (two files, a resent line): one task.
+        ([record("f1"), record("f1")], ["f1"], []),
+        # The same task under two failure ids (same prompt and gold): one task, the last one read.
+        ([record("f1"), record("f2")], ["f2"], []),
+        # Different tasks stay apart, in record order.
+        ([record("f1", question=OTHER), record("f2")], ["f1", "f2"], []),
+        # Review items are never merged: a person looks at each.
+        ([record("f1", answer=None), record("f1", answer=None)], [], ["f1", "f1"]),
+        # Nothing stored yet.
+        ([], [], []),
+    ],
+)
+def test_derive_failure_tasks(records, tasks, review):
+    derived, items = derive_failure_tasks(records)
+    assert [t["lineage"]["failure_id"] for t in derived] == tasks
+    assert [item["failure_id"] for item in items] == review
+    assert len({t["task_id"] for t in derived}) == len(derived)
+
+
+def test_an_unredacted_record_is_refused():
+    (parsed,) = parse_failure_log([json.dumps({"messages": [QUESTION], "output": "5"})], "log.jsonl").records
+    with pytest.raises(UnredactedRecordError):
+        derive_failure_tasks([parsed])

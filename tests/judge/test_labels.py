@@ -1,0 +1,70 @@
+"""The judge's label columns of a task table: every task gets a row, judged or not."""
+
+import pytest
+
+from judge import Judgment
+from judge.labels import LABEL_COLUMNS, NOT_JUDGED, label_rows
+
+
+def judgment(task_id: str, *, accepted: bool | None, rationale: str | None = "why", raw: str | None = "raw", sample=0):
+    scored = accepted is not None
+    return Judgment(
+        task_id=task_id,
+        sample=sample,
+        rubric="task_quality-r1",
+        template_version="judge-task_quality-r1-t1",
+        scores={"clarity": 5 if accepted else 2} if scored else None,
+        rationale=rationale if scored else None,
+        accepted=accepted,
+        failed_criteria=() if accepted or not scored else ("clarity",),
+        error=None if scored else "json_missing",
+        error_detail=None,
+        raw=raw,
+        first_raw=None,
+        repaired=False,
+        cached=False,
+        tokens_in=0,
+        tokens_out=0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("judgments", "row"),
+    [
+        # Accepted: its verdict, scores and rationale.
+        (
+            [judgment("t1", accepted=True)],
+            ("accept", {"clarity": 5}, [], None, "why"),
+        ),
+        # Rejected: the criteria below their minimum, as a list.
+        (
+            [judgment("t1", accepted=False)],
+            ("reject", {"clarity": 2}, ["clarity"], None, "why"),
+        ),
+        # A judge error has no rationale: the raw answer explains it.
+        (
+            [judgment("t1", accepted=None, raw="not json")],
+            ("judge_error", None, [], "json_missing", "not json"),
+        ),
+        # An empty rationale falls back to the raw answer too.
+        (
+            [judgment("t1", accepted=True, rationale="", raw="{...}")],
+            ("accept", {"clarity": 5}, [], None, "{...}"),
+        ),
+        # Not judged (over max_per_family): labelled, not dropped.
+        ([], (NOT_JUDGED, None, [], None, None)),
+        # Several samples of one task: the last one labels it.
+        (
+            [judgment("t1", accepted=False), judgment("t1", accepted=True, sample=1)],
+            ("accept", {"clarity": 5}, [], None, "why"),
+        ),
+    ],
+)
+def test_label_rows(judgments, row):
+    assert label_rows(["t1"], judgments) == [dict(zip(LABEL_COLUMNS, row, strict=True))]
+
+
+def test_one_row_per_task_in_task_order_whatever_was_judged():
+    judged = [judgment("b", accepted=True), judgment("zz", accepted=True)]  # "zz" is no task here: ignored
+    rows = label_rows(["a", "b", "c"], judged)
+    assert [r["judge_verdict"] for r in rows] == [NOT_JUDGED, "accept", NOT_JUDGED]
