@@ -114,13 +114,9 @@ def sft_checkpoint(
         manifest = _untrained(base)
         return dg.MaterializeResult(value=manifest, metadata={"trained": False, "checkpoint": base})
     tasks = records_from_frame(train_tasks[list(TASK_FIELDS)])
-    config = {
-        "max_steps": training.sft_max_steps,
-        "learning_rate": training.sft_learning_rate,
-        "batch_size": training.sft_batch_size,
-        "max_length": training.sft_max_length,
-        "use_lora": training.sft_use_lora,
-    }
+    settings = training.sft_settings()
+    # The run folder and manifest are named by a digest of this dict: a field added to SFTSettings renames them.
+    config = asdict(settings)
     digest = _digest(base, [t["task_id"] for t in tasks], config)
     output_dir = storage.path("training", "sft", digest)
     history: list[dict[str, Any]] = []
@@ -130,7 +126,7 @@ def sft_checkpoint(
         if "loss" in metrics:
             context.log.info(f"SFT step {metrics.get('step')}: loss {metrics['loss']:.4g}")
 
-    result = run_sft(base, tasks, output_dir, on_metrics=on_metrics, **config)
+    result = run_sft(base, tasks, output_dir, settings=settings, on_metrics=on_metrics)
     manifest = _record_checkpoint(
         context,
         storage,

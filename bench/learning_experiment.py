@@ -263,7 +263,7 @@ def main() -> int:
 
     from llm.models import bundled_model
     from training.grpo import cpu_defaults, grpo_config_class, reward_spread, run_grpo
-    from training.sft import run_sft
+    from training.sft import SFTSettings, run_sft
     from training.tiny_model import build_tiny_model
     from validators.export import export_split
 
@@ -311,10 +311,9 @@ def main() -> int:
             base,
             train,
             work / "sft",
-            max_steps=args.sft_steps,
-            learning_rate=args.sft_lr,
-            batch_size=args.sft_batch,
-            max_length=256,
+            settings=SFTSettings(
+                max_steps=args.sft_steps, learning_rate=args.sft_lr, batch_size=args.sft_batch, max_length=256
+            ),
             seed=0,
             overrides={"logging_steps": 5, "save_strategy": "no", "disable_tqdm": True},
         )

@@ -1,10 +1,10 @@
 """Resources: configured once (from `Settings` or the UI's launchpad), read from `self`, never from the environment.
 
 A resource field that stands for a field of a library config class (`RewardAuditPolicy`, `PromotionPolicy`,
-`MinHashConfig`, `SplitConfig`, `CalibrationFloors`, `TokenPrices`, `EndpointConfig`, `GRPOJobConfig`) takes its
-default from that class through a `Mirror`, and the resource builds the library object from its fields with the
-same `Mirror`: each default is written once, in the library. The fields stay plain typed fields, so the
-launchpad shows and checks them; a choice is a `Literal`, which the launchpad offers as a list.
+`MinHashConfig`, `SplitConfig`, `CalibrationFloors`, `TokenPrices`, `EndpointConfig`, `GRPOJobConfig`,
+`SFTSettings`) takes its default from that class through a `Mirror`, and the resource builds the library object from
+its fields with the same `Mirror`: each default is written once, in the library. The fields stay plain typed fields,
+so the launchpad shows and checks them; a choice is a `Literal`, which the launchpad offers as a list.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pipeline.storage import is_local
 from training.grpo_job import GRPOJobConfig, Runtime
 from training.promotion import FamilyRule, PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
+from training.sft import SFTSettings
 from validators.cache_store import CacheStore
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
@@ -117,6 +118,16 @@ AUDIT_FIELDS = Mirror(
     },
 )
 GRPO_JOB_FIELDS = Mirror(GRPOJobConfig, {"runtime": "runtime"})
+SFT_FIELDS = Mirror(
+    SFTSettings,
+    {
+        "sft_max_steps": "max_steps",
+        "sft_learning_rate": "learning_rate",
+        "sft_batch_size": "batch_size",
+        "sft_max_length": "max_length",
+        "sft_use_lora": "use_lora",
+    },
+)
 PROMOTION_FIELDS = Mirror(
     PromotionPolicy,
     _same("min_improvement", "max_family_regression", "family_rule", "min_tasks", "min_family_tasks"),
@@ -341,13 +352,14 @@ class TrainingPolicy(dg.ConfigurableResource):
     audit_max_false_accept: float = AUDIT_FIELDS.default("audit_max_false_accept")
     audit_max_false_reject: float = AUDIT_FIELDS.default("audit_max_false_reject")
     audit_max_probe_score: float = AUDIT_FIELDS.default("audit_max_probe_score")
-    # SFT warm-up on the training tasks' references, for a policy that cannot produce the format yet.
+    # SFT warm-up on the training tasks' references, for a policy that cannot produce the format yet
+    # (`training.sft.SFTSettings`).
     sft: bool = True
-    sft_max_steps: int = 200
-    sft_learning_rate: float = 2e-5
-    sft_batch_size: int = 8
-    sft_max_length: int = 2048
-    sft_use_lora: bool = False
+    sft_max_steps: int = SFT_FIELDS.default("sft_max_steps")
+    sft_learning_rate: float = SFT_FIELDS.default("sft_learning_rate")
+    sft_batch_size: int = SFT_FIELDS.default("sft_batch_size")
+    sft_max_length: int = SFT_FIELDS.default("sft_max_length")
+    sft_use_lora: bool = SFT_FIELDS.default("sft_use_lora")
     # Offline dynamic sampling: the starting policy samples k completions per task; always- and never-solved
     # tasks carry no GRPO signal (every group has zero reward variance) and are left out.
     difficulty_profile: bool = True
@@ -370,6 +382,9 @@ class TrainingPolicy(dg.ConfigurableResource):
 
     def audit_policy(self) -> RewardAuditPolicy:
         return AUDIT_FIELDS.build(self)
+
+    def sft_settings(self) -> SFTSettings:
+        return SFT_FIELDS.build(self)
 
 
 class PromotionGate(dg.ConfigurableResource):
@@ -405,6 +420,7 @@ MIRRORS: tuple[tuple[type[dg.ConfigurableResource], Mirror[Any]], ...] = (
     (JudgePolicy, PRICE_FIELDS),
     (TrainingPolicy, AUDIT_FIELDS),
     (TrainingPolicy, GRPO_JOB_FIELDS),
+    (TrainingPolicy, SFT_FIELDS),
     (PromotionGate, PROMOTION_FIELDS),
 )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,7 +100,7 @@ def materialize(
                 raise_on_error=False,
                 tags=tags,
             )
-            return _summary(settings, result, partition)
+            return _summary(settings, result.run_id, result.success, result.all_events, partition)
         if executor != "multiprocess":
             raise RunRequestError(f"executor {executor!r}: use in_process or multiprocess")
         run_config["execution"] = {"config": {"multiprocess": {"max_concurrent": MULTIPROCESS_STEPS}}}
@@ -117,7 +117,7 @@ def materialize(
                 raise_on_error=False,
             ) as result,
         ):
-            return _summary(settings, result, partition)
+            return _summary(settings, result.run_id, result.success, result.all_events, partition)
 
 
 def selected_asset_keys(defs: dg.Definitions, select: str | None, partition: str | None = None) -> list[dg.AssetKey]:
@@ -173,22 +173,51 @@ def _environment(variables: Mapping[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _summary(settings: Settings, result: Any, partition: str | None) -> RunSummary:
+def run_summary(settings: Settings, run_id: str | None = None) -> RunSummary:
+    """What a recorded run did, read back from the Dagster instance at `settings.dagster_home`.
+
+    `run_id`: that run; None reads the latest run `seedwheel run` made of the unpartitioned assets (as after
+    `make quickstart`).
+
+    Raises:
+        RunRequestError: when the instance has no such run.
+    """
+    with open_instance(settings) as instance:
+        if run_id is None:
+            runs = instance.get_runs(filters=dg.RunsFilter(tags={"seedwheel/launched_by": "cli"}))
+            run = next((r for r in runs if "dagster/partition" not in r.tags), None)  # newest first
+        else:
+            run = instance.get_run_by_id(run_id)
+        if run is None:
+            raise RunRequestError(
+                f"no run {run_id or 'of the asset graph'} in the Dagster instance at {settings.dagster_home}",
+                hint="run `seedwheel run` first, or give the DAGSTER_HOME it used",
+            )
+        events = [record.dagster_event for record in instance.all_logs(run.run_id) if record.dagster_event]
+        success = run.status == dg.DagsterRunStatus.SUCCESS
+        partition = run.tags.get("dagster/partition")
+        return _summary(settings, run.run_id, success, events, partition)
+
+
+def _summary(
+    settings: Settings, run_id: str, success: bool, events: Sequence[dg.DagsterEvent], partition: str | None
+) -> RunSummary:
     """What a finished run did, from its events."""
-    summary = RunSummary(run_id=result.run_id, success=result.success)
-    for event in result.get_asset_materialization_events():
-        materialization = event.materialization
-        key = materialization.asset_key.to_user_string()
-        metadata = {name: value.value for name, value in materialization.metadata.items()}
-        rows = metadata.get("dagster/row_count")
-        path = settings.home / (f"{key}/{partition}.parquet" if partition is not None else f"{key}.parquet")
-        summary.assets.append(MaterializedAsset(key, rows, path, metadata))
-    for evaluation in result.get_asset_check_evaluations():
-        severity = evaluation.severity.value if not evaluation.passed else "passed"
-        summary.checks.append((evaluation.check_name, evaluation.passed, severity))
-        summary.check_metadata[evaluation.check_name] = {k: v.value for k, v in evaluation.metadata.items()}
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data.error:
+    summary = RunSummary(run_id=run_id, success=success)
+    for event in events:
+        if event.is_step_materialization:
+            materialization = event.step_materialization_data.materialization
+            key = materialization.asset_key.to_user_string()
+            metadata = {name: value.value for name, value in materialization.metadata.items()}
+            rows = metadata.get("dagster/row_count")
+            path = settings.home / (f"{key}/{partition}.parquet" if partition is not None else f"{key}.parquet")
+            summary.assets.append(MaterializedAsset(key, rows if isinstance(rows, int) else None, path, metadata))
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            evaluation = event.asset_check_evaluation_data
+            severity = evaluation.severity.value if not evaluation.passed else "passed"
+            summary.checks.append((evaluation.check_name, evaluation.passed, severity))
+            summary.check_metadata[evaluation.check_name] = {k: v.value for k, v in evaluation.metadata.items()}
+        elif event.is_step_failure and event.step_failure_data.error:
             error = event.step_failure_data.error
             while error.cause is not None:  # Dagster wraps an error raised in an asset: report the asset's own
                 error = error.cause

@@ -2,9 +2,12 @@
 on the multiprocess executor.
 
 One materialization is shared by the module's tests (about 10 minutes on 2 cores); the rerun test
-then checks that the caches make a second run free of LLM calls.
+then checks that the caches make a second run free of LLM calls. Under CI the graph runs once: `.ci/run` runs
+`make quickstart` first (the CLI's in-process executor) and points `SEEDWHEEL_QUICKSTART_HOME` at its storage,
+and these tests read that run.
 """
 
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +20,7 @@ from curation.splits import task_roots
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
 from pipeline.resources import CHECKPOINTS_FOLDER
-from pipeline.runs import RunSummary, materialize
+from pipeline.runs import RunSummary, materialize, run_summary
 from pipeline.settings import Settings
 from tests.paths import REAL_MODELS_DIR, REPO, SEEDS
 from validators.registry import VerifyContext
@@ -42,11 +45,17 @@ CHECKS = {
 
 # The whole graph on the real model takes about 10 minutes on 2 cores, past the suite's per-test default.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+# Set by CI (.ci/run) to the storage root `make quickstart` just filled: the tests read that run instead of
+# running the graph a second time.
+QUICKSTART_HOME = "SEEDWHEEL_QUICKSTART_HOME"
 
 
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory) -> tuple[Settings, RunSummary]:
     tmp = tmp_path_factory.mktemp("quickstart")
+    done = os.environ.get(QUICKSTART_HOME)
+    if done:
+        return _read_quickstart(Path(done), tmp)
     settings = Settings.from_env(
         {}, home=tmp / "home", seeds_dir=SEEDS, dagster_home=tmp / "dagster", models_dir=REAL_MODELS_DIR
     )
@@ -59,6 +68,19 @@ def quickstart(tmp_path_factory) -> tuple[Settings, RunSummary]:
     # The whole graph on the multiprocess executor (a process per step, two at a time, as `dagster dev` runs
     # it); the CLI's in-process executor runs the same graph in `make quickstart` and in the other tests.
     return settings, materialize(settings, executor="multiprocess")
+
+
+def _read_quickstart(home: Path, tmp: Path) -> tuple[Settings, RunSummary]:
+    """The run `make quickstart` made at `home`, on a copy: CI runs the graph once and these tests read it.
+
+    The Dagster instance is copied (its SQLite files change in place); the storage is hard-linked, which costs
+    nothing and is safe because every table and cache is replaced by a rename, never written in place.
+    """
+    made = Settings.from_env({}, home=home)
+    settings = replace(made, home=tmp / "home", dagster_home=tmp / "dagster", failure_inbox=str(tmp / "inbox"))
+    shutil.copytree(made.home, settings.home, copy_function=os.link)
+    shutil.copytree(made.dagster_home, settings.dagster_home)
+    return settings, run_summary(settings)
 
 
 def asset(summary: RunSummary, key: str):
@@ -150,7 +172,8 @@ def test_rerun_makes_no_llm_calls_and_keeps_ids_stable(quickstart):
 
 def test_the_local_model_server_is_stopped_after_the_run(quickstart):
     settings, _ = quickstart
-    served = str(settings.home / "local_model")
+    # The run's own storage root: under CI, the one `make quickstart` used (its servers are what could linger).
+    served = str(Path(os.environ.get(QUICKSTART_HOME) or settings.home) / "local_model")
     leftovers = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:

@@ -9,6 +9,8 @@ its own verifier) teaches the output format and some of the skill, so that GRPO 
   and counted. `run_sft` feeds them to TRL as prompt-completion pairs (prompt = the task's messages, completion =
   the assistant turn), so the loss covers the completion only (`completion_only_loss=True`), with any chat
   template (no `{% generation %}` markers needed). Sequences longer than `max_length` tokens are truncated by TRL.
+- **Settings**: `SFTSettings` holds the run's numbers (steps, learning rate, batch size, length, LoRA or not) and
+  checks them once; it is their one home (`pipeline.resources.TrainingPolicy` mirrors its defaults).
 - **Runtime**: `training.grpo.runtime_defaults(prefer_vllm=False)`: on CPU `use_cpu=True`, `bf16=False`, no
   activation checkpointing; on a GPU bf16 where supported. `overrides` go over everything (any `trl.SFTConfig`
   field).
@@ -55,6 +57,56 @@ class SFTConfigError(SeedwheelError, ValueError):
 
 class SFTDataError(SeedwheelError, ValueError):
     """Tasks that cannot feed SFT: none has a reference, or a task is malformed (the message names it)."""
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """What an SFT run trains with; checks itself on construction.
+
+    The defaults are the pipeline's (a warm-up for a real model); `dataclasses.asdict` of it is the config the
+    pipeline names an SFT run folder by, so a field added here renames every run folder.
+
+    Attributes:
+        max_steps: optimizer steps in total, counting steps done before a resume.
+        learning_rate: peak learning rate (linear decay, as `trl.SFTConfig`'s default schedule).
+        batch_size: examples per device per step.
+        max_length: longest tokenized example (prompt + reference); longer ones are truncated by TRL.
+        use_lora: train LoRA adapters (needs `peft`: `pip install peft`); `final` holds the merged model.
+
+    Raises:
+        SFTConfigError: a number that cannot run, with the usual range.
+
+    Example:
+        >>> SFTSettings(max_steps=100, learning_rate=1e-3).batch_size
+        8
+        >>> SFTSettings(max_steps=0)
+        Traceback (most recent call last):
+        ...
+        training.sft.SFTConfigError: SFT settings: max_steps=0 must be >= 1 (50-500 is usual for a warm-up)
+    """
+
+    max_steps: int = 200
+    learning_rate: float = 2e-5
+    batch_size: int = 8
+    max_length: int = 2048
+    use_lora: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_steps < 1:
+            problems.append(f"max_steps={self.max_steps} must be >= 1 (50-500 is usual for a warm-up)")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            problems.append(
+                f"learning_rate={self.learning_rate} must be > 0 (1e-5..5e-4 for real models, ~1e-3 tiny ones)"
+            )
+        if self.batch_size < 1:
+            problems.append(f"batch_size={self.batch_size} must be >= 1")
+        if self.max_length < 16:
+            problems.append(
+                f"max_length={self.max_length} must be >= 16 tokens (prompt + reference; 2048 is the default)"
+            )
+        if problems:
+            raise SFTConfigError("SFT settings: " + " | ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -169,30 +221,12 @@ def prompt_completion_rows(examples: Iterable[Mapping[str, Any]]) -> list[dict[s
     return [{"prompt": list(e["messages"][:-1]), "completion": list(e["messages"][-1:])} for e in examples]
 
 
-def _check_numbers(max_steps: int, learning_rate: float, batch_size: int, max_length: int) -> None:
-    problems = []
-    if max_steps < 1:
-        problems.append(f"max_steps={max_steps} must be >= 1 (50-500 is usual for a warm-up)")
-    if not (math.isfinite(learning_rate) and learning_rate > 0):
-        problems.append(f"learning_rate={learning_rate} must be > 0 (1e-5..5e-4 for real models, ~1e-3 tiny ones)")
-    if batch_size < 1:
-        problems.append(f"batch_size={batch_size} must be >= 1")
-    if max_length < 16:
-        problems.append(f"max_length={max_length} must be >= 16 tokens (prompt + reference; 1024 is the default)")
-    if problems:
-        raise SFTConfigError("SFT settings: " + " | ".join(problems))
-
-
 def run_sft(
     model_path: str | os.PathLike[str],
     tasks: Sequence[Mapping[str, Any]],
     output_dir: str | os.PathLike[str],
     *,
-    max_steps: int = 50,
-    learning_rate: float = 5e-4,
-    batch_size: int = 8,
-    max_length: int = 1024,
-    use_lora: bool = False,
+    settings: SFTSettings | None = None,
     seed: int = 0,
     on_metrics: Callable[[dict[str, Any]], None] | None = None,
     overrides: Mapping[str, Any] | None = None,
@@ -208,11 +242,7 @@ def run_sft(
         model_path: a model directory (e.g. `training.tiny_model.build_tiny_model`) or a hub id.
         tasks: task records; those without a reference are skipped and counted.
         output_dir: the run folder: `checkpoint-N` folders and, at the end, `final`.
-        max_steps: optimizer steps in total, counting steps done before a resume.
-        learning_rate: peak learning rate (linear decay, as `trl.SFTConfig`'s default schedule).
-        batch_size: examples per device per step.
-        max_length: longest tokenized example (prompt + reference); longer ones are truncated by TRL.
-        use_lora: train LoRA adapters (needs `peft`: `pip install peft`); `final` holds the merged model.
+        settings: steps, learning rate, batch size, length and LoRA or not; None: `SFTSettings()`.
         seed: seed for initialisation of adapters, data order and dropout.
         on_metrics: called with each logged metrics dict as training goes (see `training.checkpoints`).
         overrides: any `trl.SFTConfig` fields, applied last (e.g. `{"logging_steps": 5, "warmup_steps": 10}`).
@@ -227,14 +257,15 @@ def run_sft(
 
     Raises:
         SFTDataError: no task has a reference, or a task's prompt is malformed.
-        SFTConfigError: a bad number, an override `trl.SFTConfig` does not know, or LoRA without peft.
+        SFTConfigError: an override `trl.SFTConfig` does not know, or LoRA without peft.
 
     Example:
-        >>> result = run_sft(model_dir, train_tasks, "runs/sft", max_steps=100, learning_rate=1e-3)  # doctest: +SKIP
+        >>> settings = SFTSettings(max_steps=100, learning_rate=1e-3)
+        >>> result = run_sft(model_dir, train_tasks, "runs/sft", settings=settings)  # doctest: +SKIP
         >>> result.summary()["final_loss"], result.checkpoint_dir  # doctest: +SKIP
         (0.42, PosixPath('runs/sft/final'))
     """
-    _check_numbers(max_steps, learning_rate, batch_size, max_length)
+    settings = settings or SFTSettings()
     examples, skipped = sft_examples(tasks)
     if not examples:
         raise SFTDataError(
@@ -243,7 +274,7 @@ def run_sft(
             "skip the warm-up and train with GRPO alone."
         )
     lora = None
-    if use_lora:
+    if settings.use_lora:
         try:
             lora = peft_lora_config(
                 r=lora_r, alpha=lora_alpha, dropout=lora_dropout, target_modules=lora_target_modules
@@ -258,22 +289,22 @@ def run_sft(
     from training.grpo import runtime_defaults
 
     output = Path(output_dir)
-    settings: dict[str, Any] = {
+    trainer_args: dict[str, Any] = {
         **runtime_defaults(prefer_vllm=False),
         "output_dir": str(output),
-        "max_steps": max_steps,
-        "learning_rate": learning_rate,
-        "per_device_train_batch_size": batch_size,
-        "max_length": max_length,
+        "max_steps": settings.max_steps,
+        "learning_rate": settings.learning_rate,
+        "per_device_train_batch_size": settings.batch_size,
+        "max_length": settings.max_length,
         "seed": seed,
         "completion_only_loss": True,
         "logging_steps": 1,
-        "save_steps": save_steps or max(1, max_steps // CHECKPOINTS_PER_RUN),
+        "save_steps": save_steps or max(1, settings.max_steps // CHECKPOINTS_PER_RUN),
         "save_total_limit": KEEP_CHECKPOINTS,
     }
-    settings.update(overrides or {})
+    trainer_args.update(overrides or {})
     try:
-        config = SFTConfig(**settings)
+        config = SFTConfig(**trainer_args)
     except TypeError as exc:
         raise SFTConfigError(f"overrides: {exc}; use trl.SFTConfig field names") from None
 
@@ -292,13 +323,11 @@ def run_sft(
         callbacks=[callback],
         peft_config=lora,
     )
-    logger.info(
-        "SFT: %d examples (%d tasks without reference skipped), max_steps=%d", len(examples), skipped, max_steps
-    )
+    logger.info("SFT: %d examples (%d tasks without reference skipped), %s", len(examples), skipped, settings)
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.perf_counter() - started
-    final = save_final(trainer, tokenizer, output, use_lora)
+    final = save_final(trainer, tokenizer, output, settings.use_lora)
     steps = trainer.state.global_step
     logger.info("SFT done: %d steps in %.1f s; model in %s", steps, seconds, final)
     return SFTResult(

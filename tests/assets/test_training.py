@@ -22,6 +22,9 @@ from validators.seeds import load_seeds
 from validators.tables import frame_from_records, read_table, write_table
 from validators.tasks import TASK_FIELDS, compute_task_id
 
+# Every test here materializes training assets: real SFT/GRPO steps, rollouts or the whole audit.
+pytestmark = pytest.mark.slow
+
 
 class AlwaysPass(Verifier):
     """Test-only: a broken reward that pays full marks for anything (the reward hack the audit must catch)."""

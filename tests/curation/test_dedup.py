@@ -383,6 +383,7 @@ def _commit_after_barrier(folder: str, prefix: str, barrier) -> None:
     assert index.commit() == 20
 
 
+@pytest.mark.slow
 def test_runs_in_separate_processes_committing_at_once_keep_every_row(tmp_path: Path) -> None:
     context = multiprocessing.get_context("spawn")
     prefixes = ["alpha row", "beta item", "gamma entry", "delta case"]

@@ -64,6 +64,7 @@ def night(parents, generators, folder: Path) -> tuple[GenerationResult, CacheSto
     return generate_variants(parents, per_seed=3, random_seed=0, generators=generators, cache=cache), cache
 
 
+@pytest.mark.slow
 def test_a_second_generation_returns_the_same_output_and_recomputes_nothing(tmp_path, parents, generators, runs):
     first, cache = night(parents, generators, tmp_path)
     assert sum(runs.values()) == len(parents) and cache.hits == 0

@@ -57,6 +57,7 @@ def test_every_family_has_a_default_generator(seeds: list[dict[str, Any]]) -> No
         assert family in generator.families
 
 
+@pytest.mark.slow
 def test_every_variant_is_a_valid_task_descending_from_its_seed(
     seeds: list[dict[str, Any]], generated: dict[str, GenerationResult]
 ) -> None:

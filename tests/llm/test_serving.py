@@ -256,6 +256,7 @@ def test_a_missing_model_directory_fails_before_starting(tmp_path: Path) -> None
     assert server.pid is None and not (tmp_path / "logs").exists()
 
 
+@pytest.mark.slow
 def test_a_port_taken_before_the_server_binds_it_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))

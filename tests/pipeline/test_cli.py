@@ -44,6 +44,7 @@ def test_seeds_validate_missing_path_is_a_usage_error(tmp_path):
     assert "no such seed file or folder" in result.output
 
 
+@pytest.mark.slow
 def test_run_materializes_and_records_the_run(tmp_path):
     home, dagster_home = tmp_path / "home", tmp_path / "dagster"
     env = {**os.environ, "SEEDWHEEL_HOME": str(home), "DAGSTER_HOME": str(dagster_home), "SEEDWHEEL_SEEDS": str(SEEDS)}
@@ -90,6 +91,7 @@ def test_workspace_points_at_the_definitions():
     assert "pipeline.definitions" in (REPO / "workspace.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_verify_scores_the_example_completions_against_the_bundled_seeds(tmp_path):
     out = tmp_path / "verdicts.jsonl"
     examples = REPO / "examples" / "completions.jsonl"

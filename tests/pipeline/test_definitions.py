@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 
 import dagster as dg
+import pytest
 
 from pipeline.definitions import build_definitions, defs
 from pipeline.instance import EXCLUSIVE_TAG, open_instance
@@ -58,6 +59,7 @@ def test_lazy_definitions_read_settings_at_load_time(monkeypatch, tmp_path):
     assert io_manager.root == str(tmp_path / "from-env")
 
 
+@pytest.mark.slow
 def test_dagster_validates_the_workspace(settings):
     open_instance(settings).dispose()
     env = {**os.environ, **settings.environ()}

@@ -18,6 +18,7 @@ from pipeline.settings import Profile
 from training.grpo_job import GRPOJobConfig
 from training.promotion import PromotionPolicy
 from training.reward_audit import RewardAuditPolicy
+from training.sft import SFTSettings
 
 
 def _library_default(field):
@@ -55,6 +56,7 @@ def test_a_resource_left_at_its_defaults_builds_the_library_defaults(tmp_path):
     assert (judge.rule(), judge.floors(), judge.prices()) == (AcceptanceRule(), CalibrationFloors(), TokenPrices())
     training = TrainingPolicy(models_dir=str(tmp_path))
     assert training.audit_policy() == RewardAuditPolicy()
+    assert training.sft_settings() == SFTSettings()
     assert training.runtime == GRPOJobConfig(model_path="m", output_dir="o", train_file="t").runtime
     assert PromotionGate(registry_path=str(tmp_path / "r.json")).policy() == PromotionPolicy()
     folders = {name: str(tmp_path / name) for name in ("cache_dir", "models_dir", "log_dir")}

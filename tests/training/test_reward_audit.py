@@ -96,6 +96,7 @@ def test_shipped_audit_set_spans_the_families_and_tricky_cases(labelled: list[La
     assert all(row.reason and row.tags for row in labelled)
 
 
+@pytest.mark.slow
 def test_shipped_audit_set_passes_with_the_registry_reward(
     labelled: list[LabelledCompletion], seed_tasks: list[dict[str, Any]]
 ) -> None:

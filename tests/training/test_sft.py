@@ -5,17 +5,27 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from training.sft import SFTConfigError, SFTDataError, SFTResult, prompt_completion_rows, run_sft, sft_examples
+from training.sft import (
+    SFTConfigError,
+    SFTDataError,
+    SFTResult,
+    SFTSettings,
+    prompt_completion_rows,
+    run_sft,
+    sft_examples,
+)
 from training.tiny_model import load_policy
 
 SYSTEM = "Answer with #### <number>."
 # Tiny steps: 4 short examples (~40 tokens) a step, ~0.05-0.1 s each on two shared cores.
-TINY_SFT = {"batch_size": 4, "learning_rate": 5e-3, "max_length": 128, "seed": 0, "overrides": {"disable_tqdm": True}}
+TINY = SFTSettings(max_steps=4, batch_size=4, learning_rate=5e-3, max_length=128)
+TINY_SFT = {"seed": 0, "overrides": {"disable_tqdm": True}}
 
 
 def _task(a: int, b: int, *, reference: bool = True) -> dict[str, Any]:
@@ -39,8 +49,20 @@ def first_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     """One real 4-step SFT run (checkpoints at 2 and 4), shared by the tests that read its outputs."""
     seen: list[dict] = []
     out = tmp_path_factory.mktemp("sft") / "run"
-    result = run_sft(tiny_model_dir, TASKS, out, max_steps=4, save_steps=2, on_metrics=seen.append, **TINY_SFT)
+    result = run_sft(tiny_model_dir, TASKS, out, settings=TINY, save_steps=2, on_metrics=seen.append, **TINY_SFT)
     return result, seen
+
+
+def test_settings_are_the_config_that_names_the_pipelines_run_folders() -> None:
+    # sft_checkpoint names its run folder and manifest by a digest of `asdict(settings)`: a key renamed, added or
+    # removed here renames every existing run folder, and a resumed run would start over.
+    assert asdict(SFTSettings()) == {
+        "max_steps": 200,
+        "learning_rate": 2e-5,
+        "batch_size": 8,
+        "max_length": 2048,
+        "use_lora": False,
+    }
 
 
 def test_sft_examples_append_the_reference_and_count_skips() -> None:
@@ -106,7 +128,7 @@ def test_sft_resumes_from_the_last_checkpoint(first_run: tuple[SFTResult, list[d
     out = tmp_path / "run"
     shutil.copytree(result.checkpoint_dir.parent, out)
     model_dir = result.checkpoint_dir  # start from the trained weights: only the checkpoint matters on resume
-    resumed = run_sft(model_dir, TASKS, out, max_steps=6, save_steps=2, **TINY_SFT)
+    resumed = run_sft(model_dir, TASKS, out, settings=replace(TINY, max_steps=6), save_steps=2, **TINY_SFT)
     assert resumed.resumed_from == str(out / "checkpoint-4")
     assert resumed.steps == 6
     # Only the steps after the checkpoint were trained (and logged) in this run.
@@ -120,18 +142,22 @@ def test_sft_without_any_reference_says_what_to_do(tiny_model_dir: Path, tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("fields", "message"),
     [
         ({"max_steps": 0}, "max_steps=0 must be >= 1"),
         ({"learning_rate": 0.0}, "learning_rate=0.0 must be > 0"),
-        ({"overrides": {"no_such_field": 1}}, "overrides: .*no_such_field.*SFTConfig field names"),
+        ({"learning_rate": float("nan")}, "learning_rate=nan must be > 0"),
+        ({"batch_size": 0, "max_length": 8}, r"batch_size=0 must be >= 1 \| max_length=8 must be >= 16"),
     ],
 )
-def test_sft_bad_settings_name_the_fix(
-    tiny_model_dir: Path, tmp_path: Path, kwargs: dict[str, Any], message: str
-) -> None:
+def test_bad_settings_name_the_fix_at_construction(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(SFTConfigError, match=message):
-        run_sft(tiny_model_dir, TASKS, tmp_path, **kwargs)
+        SFTSettings(**fields)
+
+
+def test_an_unknown_override_names_the_fix(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(SFTConfigError, match=r"overrides: .*no_such_field.*SFTConfig field names"):
+        run_sft(tiny_model_dir, TASKS, tmp_path, overrides={"no_such_field": 1})
 
 
 def test_lora_without_peft_names_the_package(
@@ -139,14 +165,15 @@ def test_lora_without_peft_names_the_package(
 ) -> None:
     monkeypatch.setitem(sys.modules, "peft", None)  # peft is installed here: hide it, as if it were not
     with pytest.raises(SFTConfigError, match="pip install peft"):
-        run_sft(tiny_model_dir, TASKS, tmp_path, use_lora=True)
+        run_sft(tiny_model_dir, TASKS, tmp_path, settings=SFTSettings(use_lora=True))
 
 
 def test_lora_trains_adapters_and_saves_a_merged_plain_model(tiny_model_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("peft", reason="LoRA needs peft (the dev and lora extras install it)")
     import torch
 
-    result = run_sft(tiny_model_dir, TASKS, tmp_path / "lora", max_steps=3, use_lora=True, lora_r=4, **TINY_SFT)
+    lora = replace(TINY, max_steps=3, use_lora=True)
+    result = run_sft(tiny_model_dir, TASKS, tmp_path / "lora", settings=lora, lora_r=4, **TINY_SFT)
     assert not (result.checkpoint_dir / "adapter_config.json").exists()  # merged: loads without peft
     trained, _ = load_policy(result.checkpoint_dir)
     base, _ = load_policy(tiny_model_dir)
