@@ -1,7 +1,5 @@
 """Statistics of the promotion gate: pass@k with task-bootstrap intervals and paired comparisons."""
 
-import time
-
 import numpy as np
 import pytest
 
@@ -83,17 +81,6 @@ def test_both_bootstrap_paths_draw_the_same_distribution() -> None:
     assert gather.mean() == pytest.approx(values.mean(), abs=1e-3)
     assert multinomial.std() == pytest.approx(gather.std(), rel=0.1)
     assert multinomial.std() == pytest.approx(values.std() / np.sqrt(len(values)), rel=0.1)
-
-
-def test_ten_thousand_resamples_over_thousands_of_tasks_is_fast() -> None:
-    verdicts = synthetic_verdicts(3000, 4, 0.3, seed=2)
-    families = {t: ("sql", "tool_call", "arithmetic")[i % 3] for i, t in enumerate(verdicts)}
-
-    started = time.perf_counter()
-    evaluate(verdicts, families, ks=[1, 4], resamples=10_000)
-    compare(verdicts, synthetic_verdicts(3000, 4, 0.35, seed=3), families, resamples=10_000)
-    # ~0.1 s on two shared cores; the bound leaves room for a busy machine.
-    assert time.perf_counter() - started < 2.0
 
 
 def test_paired_comparison_per_task_and_per_family() -> None:
