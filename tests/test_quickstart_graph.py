@@ -78,9 +78,17 @@ def _read_quickstart(home: Path, tmp: Path) -> tuple[Settings, RunSummary]:
     """
     made = Settings.from_env({}, home=home)
     settings = replace(made, home=tmp / "home", dagster_home=tmp / "dagster", failure_inbox=str(tmp / "inbox"))
-    shutil.copytree(made.home, settings.home, copy_function=os.link)
+    shutil.copytree(made.home, settings.home, copy_function=_link_or_copy)
     shutil.copytree(made.dagster_home, settings.dagster_home)
     return settings, run_summary(settings)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link, or a copy where the temporary folder is on another file system."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def asset(summary: RunSummary, key: str):
