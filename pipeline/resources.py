@@ -301,8 +301,8 @@ class CurationPolicy(dg.ConfigurableResource):
 class JudgePolicy(dg.ConfigurableResource):
     """How the LLM judge runs and how much its labels count (the profile sets the defaults)."""
 
-    # Which judged tasks the splits keep: "accepted" (production) or "all" (the quickstart, whose random tiny
-    # model can only produce judge_error or noise: its labels are shown, not used).
+    # Which judged tasks the splits keep: "accepted" (production) or "all" (the quickstart, whose 135M judge
+    # misses its calibration floors: its labels are shown, not used).
     use_labels: LabelUse = "accepted"
     # Judge at most this many tasks per family (None: all); the others are labelled `not_judged`.
     max_per_family: int | None = None

@@ -7,7 +7,7 @@ import pytest
 
 from llm.models import bundled_model
 from pipeline.settings import Settings
-from tests.paths import REAL_MODELS_DIR, SEEDS
+from tests.paths import REAL_MODELS_DIR, SEEDS, quickstart_settings
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training.tiny_model import build_tiny_model
 from validators.registry import VerifyContext
@@ -21,14 +21,7 @@ pytest_plugins = ["pytester", "tests.tiers"]
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     """Quickstart settings on the bundled seeds, storage and Dagster instance under tmp_path."""
-    return Settings.from_env(
-        {},
-        profile="quickstart",
-        home=tmp_path / "home",
-        seeds_dir=SEEDS,
-        dagster_home=tmp_path / "dagster",
-        models_dir=REAL_MODELS_DIR,
-    )
+    return quickstart_settings(tmp_path)
 
 
 @pytest.fixture

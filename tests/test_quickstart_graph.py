@@ -22,7 +22,7 @@ from pipeline.instance import open_instance
 from pipeline.resources import CHECKPOINTS_FOLDER
 from pipeline.runs import RunSummary, materialize, run_summary
 from pipeline.settings import Settings
-from tests.paths import REAL_MODELS_DIR, REPO, SEEDS
+from tests.paths import REPO, quickstart_settings
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.tables import read_table, records_from_frame
@@ -56,9 +56,7 @@ def quickstart(tmp_path_factory) -> tuple[Settings, RunSummary]:
     done = os.environ.get(QUICKSTART_HOME)
     if done:
         return _read_quickstart(Path(done), tmp)
-    settings = Settings.from_env(
-        {}, home=tmp / "home", seeds_dir=SEEDS, dagster_home=tmp / "dagster", models_dir=REAL_MODELS_DIR
-    )
+    settings = quickstart_settings(tmp)
     # As `make quickstart` does: the example failure log is ingested first, so failures flow through the graph.
     inbox = Path(settings.failure_inbox)
     inbox.mkdir(parents=True)

@@ -7,23 +7,14 @@ from click.testing import CliRunner
 from pipeline.cli import main
 from pipeline.definitions import build_definitions
 from pipeline.runs import RunRequestError, selected_asset_keys
-from pipeline.settings import Settings
-from tests.paths import REAL_MODELS_DIR, SEEDS
+from tests.paths import quickstart_settings
 
 
 @pytest.fixture(scope="module")
 def defs(tmp_path_factory: pytest.TempPathFactory) -> dg.Definitions:
     """The quickstart definitions, built once for the module (resolving a selection writes nothing)."""
     root = tmp_path_factory.mktemp("select")
-    settings = Settings.from_env(
-        {},
-        profile="quickstart",
-        home=root / "home",
-        seeds_dir=SEEDS,
-        dagster_home=root / "dagster",
-        models_dir=REAL_MODELS_DIR,
-    )
-    return build_definitions(settings)
+    return build_definitions(quickstart_settings(root))
 
 
 def names(defs: dg.Definitions, select: str | None, partition: str | None = None) -> set[str]:

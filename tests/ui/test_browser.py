@@ -33,7 +33,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from assets import groups
 from pipeline.runs import materialize
 from pipeline.settings import Settings
-from tests.paths import REAL_MODELS_DIR, SEEDS
+from tests.paths import quickstart_settings
 from tests.services import dagster_dev, graphql, headless_chromium, require_chromium
 from validators.tables import read_table
 
@@ -131,14 +131,7 @@ def ui_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """Quickstart settings under a tmp dir, with the generation stage's inputs already materialized."""
     require_chromium()  # skip before the minute of set-up below
     root = tmp_path_factory.mktemp("ui")
-    settings = Settings.from_env(
-        {},
-        profile="quickstart",
-        home=root / "home",
-        seeds_dir=SEEDS,
-        dagster_home=root / "dagster",
-        models_dir=REAL_MODELS_DIR,
-    )
+    settings = quickstart_settings(root)
     summary = materialize(settings, UPSTREAM)
     assert summary.success, summary.failures
     return settings
