@@ -16,6 +16,18 @@ DEFAULT_PRODUCTION_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 DEFAULT_PRODUCTION_POLICY = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
+def default_models_dir(environ: Mapping[str, str]) -> Path:
+    """`$XDG_CACHE_HOME/seedwheel/models` (`~/.cache/seedwheel/models` without it): models built on this machine
+    are a cache, like pip's wheels, not project data.
+
+    Example:
+        >>> default_models_dir({"XDG_CACHE_HOME": "/var/cache/me"})
+        PosixPath('/var/cache/me/seedwheel/models')
+    """
+    cache = environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "seedwheel" / "models"
+
+
 @dataclass(frozen=True)
 class Settings:
     """The project's switches.
@@ -31,7 +43,8 @@ class Settings:
             the bundled real model (SmolLM2-135M-Instruct, offline).
         base_model: the policy to train (a model dir or hub id); empty in the quickstart means the bundled model.
         models_dir: where model folders built on this machine live (the bundled SmolLM2-135M-Instruct, converted
-            once from its GGUF file); `<home>/models` by default, shared between storage roots when set.
+            once from its GGUF file); the user's cache by default (`default_models_dir`), so every checkout and
+            storage root on a machine shares one conversion.
         nightly_cron: when the nightly regeneration runs (cron syntax), in `timezone` (an IANA name).
         failure_inbox: where production failure logs arrive (a folder or an fsspec URL); `<home>-inbox` by default.
         failure_quarantine: where a raw failure log goes once its redacted records are stored (a folder or an fsspec
@@ -75,7 +88,9 @@ class Settings:
         llm_base_url = environ.get("SEEDWHEEL_LLM_BASE_URL", "")
         llm_model = environ.get("SEEDWHEEL_LLM_MODEL", "" if profile == "quickstart" else DEFAULT_PRODUCTION_MODEL)
         base_model = environ.get("SEEDWHEEL_BASE_MODEL", "" if profile == "quickstart" else DEFAULT_PRODUCTION_POLICY)
-        models_dir = Path(given.get("models_dir") or environ.get("SEEDWHEEL_MODELS_DIR") or home / "models").resolve()
+        models_dir = Path(
+            given.get("models_dir") or environ.get("SEEDWHEEL_MODELS_DIR") or default_models_dir(environ)
+        ).resolve()
         nightly_cron = environ.get("SEEDWHEEL_NIGHTLY_CRON", "0 2 * * *")
         timezone = environ.get("SEEDWHEEL_TIMEZONE", "UTC")
         _check_schedule(nightly_cron, timezone)

@@ -1,7 +1,10 @@
 """kill -9 mid-materialization (generation, judge, training): whole files only, nothing left running, and a rerun
 that finishes without repeating the LLM calls or the training steps already done.
 
-Each stage runs in a real child process (the CLI's `materialize`), which is SIGKILLed: no cleanup code runs.
+Each stage runs in a real child process (the CLI's `materialize`), which is SIGKILLed: no cleanup code runs. The
+tests use one family (the arithmetic seeds) and plant the upstream tables they need instead of materializing them;
+a dozen LLM answers, capped at a few tokens, are asked one at a time, so the kill lands after the first with the
+others still to come (seconds of margin on a loaded machine), and each rerun checks that it had calls left to make.
 """
 
 import json
@@ -21,12 +24,18 @@ from llm.cache import DB_NAME
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.outputs import assert_whole_files
-from tests.paths import REPO, SEEDS
+from tests.paths import REPO, copy_seeds
 from validators.seeds import load_seeds
 from validators.tables import frame_from_records, write_table
 from validators.tasks import TASK_FIELDS
 
 pytestmark = pytest.mark.slow
+
+FAMILY = "arithmetic"
+# Answers of a few tokens (the tiny model's are noise anyway), one request at a time, a dozen in all: the kill lands
+# after the first answer reaches the cache, with the others still to come.
+CALLS = 12
+ONE_SHORT_ANSWER_AT_A_TIME = {"max_concurrency": 1, "max_tokens": 16}
 
 CHILD = """
 import json, sys
@@ -45,8 +54,8 @@ materialize(settings, select, resources=json.loads(resources))
 def run_and_kill(settings: Settings, select: str, until: Callable[[], bool], resources: dict | None = None) -> None:
     """Start `materialize(select)` in a child process and SIGKILL its process group once `until()` holds."""
     args = [
-        *(str(settings.home), str(settings.dagster_home), select, json.dumps(resources or {}), str(SEEDS)),
-        json.dumps(settings.environ()),
+        *(str(settings.home), str(settings.dagster_home), select, json.dumps(resources or {})),
+        *(str(settings.seeds_dir), json.dumps(settings.environ())),
     ]
     log = open(settings.home.parent / f"child-{time.time_ns()}.log", "wb")  # noqa: SIM115 (closed below)
     child = subprocess.Popen(
@@ -57,7 +66,7 @@ def run_and_kill(settings: Settings, select: str, until: Callable[[], bool], res
         while not until():
             assert child.poll() is None, f"the run ended before the kill: {Path(log.name).read_text()[-3000:]}"
             assert time.monotonic() < deadline, "the kill point was never reached"
-            time.sleep(0.2)
+            time.sleep(0.1)
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
@@ -76,18 +85,19 @@ def llm_cache_rows(settings: Settings) -> int:
 
 
 def leftover_processes(settings: Settings) -> list[str]:
-    """Processes whose command line mentions the storage root (model servers, training jobs), after a grace."""
-    marker = str(settings.home).encode()
+    """Processes that work under the storage root (model servers run there, training jobs name it), after a grace."""
+    root = settings.home.resolve()
     deadline = time.monotonic() + 30
     while True:
         found = []
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        for proc in Path("/proc").glob("[0-9]*"):
             try:
-                args = cmdline.read_bytes()
-                state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                args = (proc / "cmdline").read_bytes()
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                cwd = Path(os.readlink(proc / "cwd"))
             except OSError:
                 continue
-            if marker in args and state not in ("Z", "X"):
+            if state not in ("Z", "X") and (str(root).encode() in args or cwd.is_relative_to(root)):
                 found.append(args.replace(b"\0", b" ").decode(errors="replace")[:200])
         if not found or time.monotonic() > deadline:
             return found
@@ -96,50 +106,60 @@ def leftover_processes(settings: Settings) -> list[str]:
 
 @pytest.fixture
 def killable(tmp_path, tiny_models_env) -> Settings:
+    """Settings on a seeds folder with the arithmetic seeds alone, the tiny model behind the local server."""
+    seeds = copy_seeds(tmp_path / "seeds", [FAMILY])
     settings = Settings.from_env(
-        tiny_models_env, home=tmp_path / "home", seeds_dir=SEEDS, dagster_home=tmp_path / "dagster"
+        tiny_models_env, home=tmp_path / "home", seeds_dir=seeds, dagster_home=tmp_path / "dagster"
     )
     settings.home.mkdir(parents=True)
     return settings
 
 
+@pytest.fixture
+def seed_tasks(killable: Settings) -> list[dict]:
+    seeds = load_seeds([killable.seeds_dir / FAMILY], root=killable.seeds_dir.parent).tasks
+    assert len(seeds) > CALLS
+    return [{k: t[k] for k in TASK_FIELDS} for t in seeds]
+
+
 def test_generation_killed_mid_llm_calls_resumes_without_repeating_them(killable):
     settings = killable
     select = "key:seed_tasks or key:failure_tasks or key:task_variants"
-    every_parent = {"plan": {"rewrite_max_per_family": None}}  # many calls, so the kill lands mid-run
+    resources = {"plan": {"rewrite_max_per_family": CALLS}, "llm": ONE_SHORT_ANSWER_AT_A_TIME}
     assert materialize(settings, "key:seed_tasks or key:failure_tasks").success
-    run_and_kill(settings, select, until=lambda: llm_cache_rows(settings) >= 20, resources=every_parent)
+    run_and_kill(settings, select, until=lambda: llm_cache_rows(settings) >= 1, resources=resources)
     assert leftover_processes(settings) == []  # the model server went down with the killed run
     assert_whole_files(settings.home)
     done_before = llm_cache_rows(settings)
-    rerun = materialize(settings, select, resources=every_parent)
+    rerun = materialize(settings, select, resources=resources)
     assert rerun.success, rerun.failures
     metadata = next(a for a in rerun.assets if a.key == "task_variants").metadata
-    assert metadata["llm_calls_cached"] >= done_before  # every answer that reached the cache is reused
-    assert metadata["llm_calls_made"] + metadata["llm_calls_cached"] == metadata["parents"]  # one call per parent
+    assert metadata["llm_calls_made"] > 0  # the kill landed mid-run, not after the last call
+    assert metadata["llm_calls_cached"] >= done_before > 0  # every answer that reached the cache is reused
+    assert metadata["llm_calls_made"] + metadata["llm_calls_cached"] == CALLS  # one call per rewritten parent
 
 
-def test_judging_killed_mid_run_resumes_without_repeating_calls(killable):
+def test_judging_killed_mid_run_resumes_without_repeating_calls(killable, seed_tasks):
     settings = killable
-    upstream = materialize(settings, "+key:deduplicated_tasks")  # everything upstream of the judge
-    assert upstream.success, upstream.failures
-    assert materialize(settings, "key:judge_calibration").success
-    before = llm_cache_rows(settings)
-    more = {"judge": {"max_per_family": 8}}  # enough judgments (batches of 8) that the kill lands mid-run
-    run_and_kill(settings, "key:judged_tasks", until=lambda: llm_cache_rows(settings) >= before + 4, resources=more)
+    # The judge's input, planted: the seeds as the deduplicated table, none a duplicate.
+    planted = frame_from_records(seed_tasks, TASK_FIELDS).assign(is_duplicate=False)
+    write_table(planted, settings.home / "deduplicated_tasks.parquet")
+    resources = {"judge": {"max_per_family": CALLS}, "llm": ONE_SHORT_ANSWER_AT_A_TIME}  # a call per task
+    run_and_kill(settings, "key:judged_tasks", until=lambda: llm_cache_rows(settings) >= 1, resources=resources)
     assert leftover_processes(settings) == []
     assert_whole_files(settings.home)
-    done_before = llm_cache_rows(settings) - before
-    rerun = materialize(settings, "key:judged_tasks", resources=more)
+    done_before = llm_cache_rows(settings)
+    rerun = materialize(settings, "key:judged_tasks", resources=resources)
     assert rerun.success, rerun.failures
     metadata = next(a for a in rerun.assets if a.key == "judged_tasks").metadata
-    assert metadata["llm_calls_cached"] >= done_before
+    assert metadata["llm_calls_made"] > 0
+    assert metadata["llm_calls_cached"] >= done_before > 0
+    assert metadata["judged"] == CALLS
 
 
-def test_training_killed_mid_run_resumes_from_its_last_checkpoint(killable, tiny_model_dir):
+def test_training_killed_mid_run_resumes_from_its_last_checkpoint(killable, seed_tasks, tiny_model_dir):
     settings = killable
-    seeds = load_seeds([SEEDS / "arithmetic"], root=SEEDS.parent).tasks[:16]
-    tasks = [{k: t[k] for k in TASK_FIELDS} for t in seeds]
+    tasks = seed_tasks[:16]
     write_table(frame_from_records(tasks, TASK_FIELDS), settings.home / "train_tasks.parquet")
     profile = pd.DataFrame({"task_id": [t["task_id"] for t in tasks], "in_grpo_set": True})
     write_table(profile, settings.home / "difficulty_profile.parquet")

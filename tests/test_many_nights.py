@@ -25,7 +25,7 @@ from curation.splits import task_roots
 from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from pipeline.runs import RunSummary, materialize
 from tests.assets.test_failures import assert_no_planted_value_kept, ingest, planted_log
-from tests.paths import SEEDS
+from tests.paths import SEEDS, copy_seeds
 from validators.registry import REGISTRY
 from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
@@ -139,10 +139,7 @@ def assert_rows_accounted(settings) -> None:
 
 
 def test_four_nights_keep_every_invariant(settings, tmp_path, tiny_model_dir, monkeypatch):
-    seeds = tmp_path / "seeds"
-    (seeds / "arithmetic").mkdir(parents=True)
-    shutil.copytree(SEEDS / "audit", seeds / "audit")
-    shutil.copy(SEEDS / ARITHMETIC, seeds / ARITHMETIC)
+    seeds = copy_seeds(tmp_path / "seeds", ["arithmetic"], audit=["arithmetic"])
     settings = replace(settings, seeds_dir=seeds)
     history = History()
 

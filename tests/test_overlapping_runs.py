@@ -10,13 +10,12 @@
 
 The two runs here usually make the same variants, so they rarely race on the dedup commit itself: that race is
 forced deterministically in `tests/curation/test_dedup.py` (interleaved commits, and four processes released
-by a barrier). Both tests use the tool-call seeds alone (and the audit sets): about 4 minutes each on 2 cores.
+by a barrier). Both tests use the tool-call seeds and audit items alone.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -32,12 +31,15 @@ from pipeline.instance import EXCLUSIVE_TAG, open_instance
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.outputs import assert_consistent_state, assert_whole_files
-from tests.paths import REPO, SEEDS
+from tests.paths import REPO, copy_seeds
 from tests.services import dagster_dev, graphql
 
 pytestmark = pytest.mark.slow
 
 RUN_TIMEOUT_S = 900
+# The queued runs execute in one process each: what is tested is the queue, and a process per step would add a
+# minute of start-ups; tests/ui/test_browser.py runs `dagster dev`'s default multiprocess executor.
+IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
 ACTIVE = {"STARTING", "STARTED"}
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 REGENERATION = " or ".join(
@@ -84,15 +86,12 @@ query Metadata($runId: ID!) {
 
 @pytest.fixture
 def settings(tmp_path: Path, tiny_models_env: dict[str, str]) -> Settings:
-    """Quickstart settings over a seeds folder with the tool-call seeds and the audit sets only (tiny model)."""
-    seeds = tmp_path / "seeds"
-    for family in ("tool_call", "audit"):
-        shutil.copytree(SEEDS / family, seeds / family)
+    """Quickstart settings over a seeds folder with the tool-call seeds and their audit items only (tiny model)."""
     return Settings.from_env(
         tiny_models_env,
         profile="quickstart",
         home=tmp_path / "home",
-        seeds_dir=seeds,
+        seeds_dir=copy_seeds(tmp_path / "seeds", ["tool_call"], audit=["tool_call"]),
         dagster_home=tmp_path / "dagster",
     )
 
@@ -119,7 +118,7 @@ def test_two_scheduled_regenerations_run_one_after_the_other(settings: Settings)
             tags = {**request.tags, "dagster/schedule_name": schedule.name}
             params = {
                 "selector": selector,
-                "runConfigData": request.run_config,
+                "runConfigData": {**request.run_config, **IN_PROCESS},
                 "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
             }
             launched = graphql(url, LAUNCH, {"params": params})["launchRun"]

@@ -32,6 +32,17 @@ def test_precedence(environ, overrides, expected):
     assert settings.dagster_home == Path(dagster_home).resolve()
 
 
+def test_models_live_in_the_user_cache_shared_by_every_storage_root(monkeypatch, tmp_path):
+    """The bundled model is converted once per machine, not once per checkout or storage root."""
+    monkeypatch.setattr(Path, "home", lambda: tmp_path / "me")
+    roots = [Settings.from_env({}, home=tmp_path / name) for name in ("a", "b")]
+    assert {s.models_dir for s in roots} == {tmp_path / "me" / ".cache" / "seedwheel" / "models"}
+    xdg = Settings.from_env({"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert xdg.models_dir == tmp_path / "xdg" / "seedwheel" / "models"
+    given = Settings.from_env({"XDG_CACHE_HOME": "/x", "SEEDWHEEL_MODELS_DIR": str(tmp_path / "m")})
+    assert given.models_dir == tmp_path / "m"
+
+
 def test_unknown_profile_names_the_choices():
     with pytest.raises(ValueError, match="unknown profile 'prod': use one of quickstart, production"):
         Settings.from_env({"SEEDWHEEL_PROFILE": "prod"})
