@@ -51,13 +51,14 @@ system-deps:
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k sandbox"`; CI adds durations and a junit report.
 PYTEST_ARGS ?=
 
-# The whole suite: what CI runs.
+# The whole suite: what CI runs. The slow tests run one after another on one worker (tests/tiers.py), the fast
+# ones on the other cores meanwhile.
 test: install-dev system-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 # The edit-run loop: everything not marked slow (no server, browser, training run or whole graph), on every core.
 # tests/tiers.py fails an unmarked test that runs over pyproject's fast_tier_limit_s, so this tier stays fast.

@@ -94,3 +94,11 @@ def test_under_ci_only_gpu_and_vllm_skips_stay_skips(run, monkeypatch, variable,
 def test_ci_false_is_not_ci(run, monkeypatch):
     monkeypatch.setenv("CI", "false")
     run("-k", "skips").assert_outcomes(skipped=4, deselected=5)
+
+
+def test_slow_tests_share_one_worker_under_xdist(run):
+    # Two workers, two tests: unless grouped, each would get one.
+    result = run("-n", "2", "--dist", "loadgroup", "-v", "-k", "lingers_and_says_so or uses_the_real_model")
+    result.assert_outcomes(passed=2)
+    workers = {line.split()[0] for line in result.outlines if " PASSED test_suite.py::" in line}
+    assert len(workers) == 1, result.outlines
