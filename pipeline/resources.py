@@ -10,6 +10,7 @@ so the launchpad shows and checks them; a choice is a `Literal`, which the launc
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -172,8 +173,10 @@ class LLMEndpoint(dg.ConfigurableResource):
     With `base_url` empty, a local server is started on loopback the first time a step asks for a client, and
     stopped when the step ends (also on failure): `seedwheel serve` on CPU or `vllm serve` on GPU, serving
     `model` (a local directory or a model id), or, when `model` is empty too, the bundled SmolLM2-135M-Instruct
-    converted under `models_dir` (the quickstart: offline, no weights to download). Every call is cached on disk
-    under `cache_dir`, so a rerun makes only the calls whose inputs changed.
+    converted under `models_dir` (the quickstart: offline, no weights to download). Every call is cached, so a
+    rerun makes only the calls whose inputs changed: under `cache_dir` (SQLite, one machine), or, when the variable
+    `cache_url_env` names is set, in the PostgreSQL database at its `postgresql://` URL, which a cluster's workers
+    share (the URL holds a password, so only the variable's name is configuration).
     """
 
     base_url: str = ""
@@ -190,6 +193,7 @@ class LLMEndpoint(dg.ConfigurableResource):
     # torch threads of a local `seedwheel serve`; 1 when other work shares the cores (two spin against each other).
     local_threads: int = 1
     cache_dir: str
+    cache_url_env: str = "SEEDWHEEL_LLM_CACHE_URL"
     models_dir: str  # where the bundled model is converted when `model` is empty
     log_dir: str  # the local server's logs
 
@@ -220,7 +224,8 @@ class LLMEndpoint(dg.ConfigurableResource):
         if not model and not self.base_url:  # the bundled model, named before it is converted
             model = str(bundled_model_dir(self.models_dir))
         config = ENDPOINT_FIELDS.build(self, base_url=self.base_url or LOCAL_PLACEHOLDER_URL, model=model)
-        return Endpoint(config, cache_dir=self.cache_dir, local_server=None if self.base_url else self._local_server)
+        cache = os.environ.get(self.cache_url_env) or self.cache_dir
+        return Endpoint(config, cache=cache, local_server=None if self.base_url else self._local_server)
 
     @contextmanager
     def _local_server(self) -> Iterator[str]:

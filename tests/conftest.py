@@ -1,6 +1,7 @@
 """Shared fixtures: the repository's own seeds, settings that keep every write under tmp_path, a tiny random model
 and the real bundled model (converted once per machine, read-only for tests)."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from llm.models import bundled_model
 from pipeline.settings import Settings
 from tests.paths import REAL_MODELS_DIR, SEEDS, quickstart_settings
+from tests.services import postgres_server
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training.tiny_model import build_tiny_model
 from validators.registry import VerifyContext
@@ -35,12 +37,20 @@ def seed_records(settings: Settings) -> list[dict]:
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test reads a developer's SEEDWHEEL_* / DAGSTER_HOME or writes into the working tree."""
-    for name in ("SEEDWHEEL_PROFILE", "SEEDWHEEL_HOME", "SEEDWHEEL_SEEDS", "DAGSTER_HOME", "SEEDWHEEL_MODELS_DIR"):
+    variables = ("SEEDWHEEL_PROFILE", "SEEDWHEEL_HOME", "SEEDWHEEL_SEEDS", "DAGSTER_HOME", "SEEDWHEEL_MODELS_DIR")
+    for name in (*variables, "SEEDWHEEL_LLM_CACHE_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SEEDWHEEL_MODELS_DIR", str(REAL_MODELS_DIR))
     monkeypatch.setenv("SEEDWHEEL_HOME", str(tmp_path / "env-home"))
     monkeypatch.setenv("SEEDWHEEL_SEEDS", str(SEEDS))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "env-dagster"))
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PostgreSQL server on loopback for the session (tests take their own database: `fresh_database`)."""
+    with postgres_server(tmp_path_factory.mktemp("postgres")) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

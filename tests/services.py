@@ -7,11 +7,13 @@ rest; under CI (`CI` or `SEEDWHEEL_REQUIRE_SERVICES=1`) tests/tiers.py turns tha
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -71,6 +73,72 @@ def redis_server(workdir: Path) -> Iterator[int]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@contextmanager
+def postgres_server(workdir: Path) -> Iterator[str]:
+    """A throwaway PostgreSQL server on 127.0.0.1 (Debian `postgresql`), password-protected; yields its URL and
+    stops it afterwards. As root, the server runs as the `postgres` user (it refuses root), from a data folder
+    that user owns outside pytest's root-only temporary folders; its log is `workdir/postgres.log`."""
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parent.parent.name))
+    if not versions:
+        pytest.skip("PostgreSQL is not installed: apt-get install postgresql (make test installs it as root)")
+    bindir = versions[-1].parent
+    data = Path(tempfile.mkdtemp(prefix="seedwheel-postgres-"))
+    as_owner: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+        as_owner = ["runuser", "-u", "postgres", "--"]
+    password = secrets.token_hex(16)
+    (data / "password").write_text(password)
+    if as_owner:
+        shutil.chown(data / "password", "postgres", "postgres")
+    port = free_port()
+    process = None
+    try:
+        db = str(data / "db")
+        initdb = [str(bindir / "initdb"), "-D", db, "-U", "seedwheel", "-A", "scram-sha-256", "--no-sync"]
+        subprocess.run([*as_owner, *initdb, f"--pwfile={data / 'password'}"], check=True, capture_output=True)
+        server = [str(bindir / "postgres"), "-D", db, "-h", "127.0.0.1", "-p", str(port), "-k", str(data)]
+        with open(workdir / "postgres.log", "wb") as log:  # fsync off: a throwaway server
+            process = subprocess.Popen([*as_owner, *server, "-c", "fsync=off"], stdout=log, stderr=subprocess.STDOUT)
+        url = f"postgresql://seedwheel:{password}@127.0.0.1:{port}/postgres"
+        _wait_for_postgres(url, process, workdir / "postgres.log")
+        yield url
+    finally:
+        if process is not None:
+            process.terminate()  # SIGTERM: PostgreSQL's smart shutdown
+            process.wait(timeout=30)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def fresh_database(server_url: str) -> str:
+    """A new, empty database on the server at `server_url`; its URL (a test's own, so tests stay independent)."""
+    import psycopg2
+
+    name = f"test_{secrets.token_hex(6)}"
+    db = psycopg2.connect(server_url)
+    try:
+        db.autocommit = True  # CREATE DATABASE cannot run in a transaction
+        with db.cursor() as cursor:
+            cursor.execute(f"CREATE DATABASE {name}")  # a name made here, never input
+    finally:
+        db.close()
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _wait_for_postgres(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    import psycopg2
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            psycopg2.connect(url, connect_timeout=2).close()
+            return
+        except psycopg2.OperationalError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"postgres did not start: {log.read_text()[-2000:]}") from None
+            time.sleep(0.1)
 
 
 def require_chromium() -> tuple[str, str]:

@@ -2,16 +2,16 @@
 
 import copy
 import json
-import sqlite3
 import subprocess
 import sys
-from pathlib import Path
+import threading
 
 import pytest
 
 from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, cache_key, request_payload
-from llm.cache import DB_NAME, cache_keys, payload_key
+from llm.cache import DB_NAME, LLMCacheUnavailable, cache_keys, payload_key
 from tests.paths import REPO
+from tests.services import free_port, fresh_database
 
 BASE = {"base_url": "http://127.0.0.1:8000/v1", "model": "tiny"}
 MESSAGES = [{"role": "system", "content": "Rewrite the task."}, {"role": "user", "content": "2+2?"}]
@@ -125,44 +125,57 @@ def test_the_payload_is_readable_and_holds_no_secrets():
     assert "MY_KEY" not in str(payload)
 
 
-def test_round_trip_and_first_answer_wins(tmp_path):
-    with LLMCache(tmp_path / "cache") as cache:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def location(request, tmp_path) -> str:
+    """Where a cache lives: a local folder (SQLite), or a database of its own on a real PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "cache")
+    return fresh_database(request.getfixturevalue("postgres_url"))
+
+
+def test_round_trip_and_first_answer_wins(location):
+    with LLMCache(location) as cache:
         cache.put("k1", CachedResponse("first", 3, 4, "stop", '{"raw": 1}'), request={"messages": []})
         cache.put("k1", CachedResponse("second"), request={})
         assert cache.get("k1") == CachedResponse("first", 3, 4, "stop", '{"raw": 1}')
         assert cache.get("missing") is None
         assert len(cache) == 1
-    # It is on disk: a new instance sees it.
-    with LLMCache(tmp_path / "cache") as reopened:
+    # It is stored: a new instance sees it.
+    with LLMCache(location) as reopened:
         assert reopened.get("k1").text == "first"
-    assert (tmp_path / "cache" / "llm_cache.sqlite3").exists()
+
+
+def test_sqlite_keeps_one_file_in_the_folder(tmp_path):
+    with LLMCache(tmp_path / "cache") as cache:
+        cache.put("k1", CachedResponse("first"), request={})
+    assert (tmp_path / "cache" / DB_NAME).exists()
 
 
 SCHEMA_REQUEST = {"template_version": "j", "response_format": {"type": "object", "required": ["verdict"]}}
 
 
-def test_requests_are_kept_for_audit_with_each_part_stored_once(tmp_path):
+def test_requests_are_kept_for_audit_with_each_part_stored_once(location):
     system = {"role": "system", "content": "You grade tasks. " * 300}  # a judge's long shared prompt
     config = EndpointConfig(**BASE)
     payloads = [
         request_payload(config, ChatRequest([system, {"role": "user", "content": f"task {i}"}], **SCHEMA_REQUEST))
         for i in range(50)
     ]
-    with LLMCache(tmp_path / "cache") as cache:
+    with LLMCache(location) as cache:
         cache.put_many((payload_key(p), CachedResponse(f"verdict {i}"), p) for i, p in enumerate(payloads))
         # Each request reads back whole, in order; the system prompt and the schema are stored once, not 50 times.
         assert all(cache.request(payload_key(p)) == p for p in payloads)
         assert cache.request("missing") is None
-    with sqlite3.connect(tmp_path / "cache" / DB_NAME) as db:
-        assert db.execute("SELECT COUNT(*) FROM parts").fetchone() == (52,)
-        stored = db.execute("SELECT SUM(LENGTH(request)) FROM responses").fetchone()[0]
+        [(parts,)] = cache._store.query("SELECT COUNT(*) FROM parts")
+        [(stored,)] = cache._store.query("SELECT SUM(LENGTH(request)) FROM responses")
+    assert parts == 52
     assert stored < 50 * 400 < 50 * len(system["content"])
 
 
 def test_requests_stored_whole_by_an_earlier_version_still_read(tmp_path):
     payload = {"format": 2, "messages": [{"role": "user", "content": "hi"}], "response_format": None}
     with LLMCache(tmp_path / "cache") as cache:
-        cache._db.execute(  # a row as the cache wrote it before messages had their own table
+        cache._store.db.execute(  # a row as the cache wrote it before messages had their own table
             "INSERT INTO responses (key, text, tokens_in, tokens_out, request, created_at) VALUES (?, ?, 0, 0, ?, 0)",
             ("old", "hello", json.dumps(payload)),
         )
@@ -174,10 +187,10 @@ def test_an_object_store_url_is_refused_with_the_fix():
         LLMCache("s3://bucket/llm_cache")
 
 
-def test_batch_lookups_span_many_chunks(tmp_path):
+def test_batch_lookups_span_many_chunks(location):
     # More keys than one SQL statement binds (their speed is measured in bench/bench_llm_client.py).
     n = 20_000
-    with LLMCache(tmp_path / "cache") as cache:
+    with LLMCache(location) as cache:
         cache.put_many((f"key{i:06d}", CachedResponse(f"answer {i}"), {}) for i in range(n))
         found = cache.get_many([f"key{i:06d}" for i in range(0, 2 * n, 2)])  # half present, half missing
     assert len(found) == n // 2
@@ -194,18 +207,50 @@ for i in range(start, start + 300):
 """
 
 
-def test_two_processes_can_write_at_once(tmp_path: Path):
-    folder = tmp_path / "shared_cache"
-    LLMCache(folder).close()  # create the schema first, as the pipeline does before fanning out
-    # Overlapping ranges: both processes insert keys 200..299, one wins each, none fails or duplicates.
+def test_two_processes_can_write_at_once(location):
+    # Overlapping ranges: both processes insert keys 200..299, one wins each, none fails or duplicates. Neither
+    # finds the tables made: both create them.
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(folder), str(start)], cwd=REPO, stderr=subprocess.PIPE)
+        subprocess.Popen([sys.executable, "-c", WRITER, location, str(start)], cwd=REPO, stderr=subprocess.PIPE)
         for start in (0, 200)
     ]
     for proc in procs:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err.decode()
-    with LLMCache(folder) as cache:
+    with LLMCache(location) as cache:
         assert len(cache) == 500
         found = cache.get_many(f"key{i}" for i in range(500))
         assert all(found[f"key{i}"].text == f"answer {i}" for i in range(500))
+
+
+def open_together(url: str, openers: int) -> list[Exception]:
+    """Open `openers` caches on `url` from threads released at once; the errors they raised."""
+    barrier, errors = threading.Barrier(openers), []
+
+    def open_cache() -> None:
+        barrier.wait()
+        try:
+            LLMCache(url).close()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_cache) for _ in range(openers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def test_workers_creating_the_postgres_tables_at_once_all_succeed(postgres_url):
+    # Without the advisory lock, concurrent CREATE TABLE IF NOT EXISTS fails in PostgreSQL's catalogue
+    # (duplicate key in pg_type_typname_nsp_index): eight openers released together hit it reliably.
+    for _ in range(3):
+        assert open_together(fresh_database(postgres_url), 8) == []
+
+
+def test_an_unreachable_postgres_names_the_url_without_its_password_and_the_fix():
+    url = f"postgresql://seedwheel:hunter2@127.0.0.1:{free_port()}/cache"
+    with pytest.raises(LLMCacheUnavailable, match=r"seedwheel:\*\*\*@127\.0\.0\.1.*cannot be reached") as caught:
+        LLMCache(url)
+    assert "hunter2" not in str(caught.value) and "SEEDWHEEL_LLM_CACHE_URL" in caught.value.hint

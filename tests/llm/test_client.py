@@ -293,13 +293,13 @@ def test_missing_api_key_for_a_remote_endpoint_fails_before_any_call():
     assert isinstance(info.value, ValueError)
 
 
-def test_the_key_is_sent_but_never_shown(server, cache):
+def test_the_key_is_sent_but_never_shown(server, cache, tmp_path):
     config = EndpointConfig(base_url=server.base_url, model="fake-model", api_key_env="FAKE_KEY", **FAST)
     client = LLMClient(config, cache, environ={"FAKE_KEY": "sk-secret-123"})
     client.complete_many_sync([ask("hi")])
     assert server.authorizations == ["Bearer sk-secret-123"]
     assert "sk-secret" not in repr(client) + repr(config)
-    stored = b"".join(path.read_bytes() for path in cache.folder.iterdir())  # the database and its WAL
+    stored = b"".join(path.read_bytes() for path in (tmp_path / "llm_cache").iterdir())  # the database and its WAL
     assert b"sk-secret" not in stored
 
 

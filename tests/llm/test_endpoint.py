@@ -34,13 +34,13 @@ class FakeLocalServer:
 
 def local_endpoint(local: FakeLocalServer, cache_dir: Path) -> Endpoint:
     config = EndpointConfig(base_url=LOCAL_PLACEHOLDER_URL, model="tiny", **FAST)
-    return Endpoint(config, cache_dir=cache_dir, local_server=local)
+    return Endpoint(config, cache=cache_dir, local_server=local)
 
 
 def test_a_url_endpoint_shares_one_cache_between_its_clients(tmp_path):
     with FakeOpenAIServer() as server:
         config = EndpointConfig(base_url=server.base_url, model="fake-model", **FAST)
-        with Endpoint(config, cache_dir=tmp_path / "cache") as endpoint:
+        with Endpoint(config, cache=tmp_path / "cache") as endpoint:
             first = endpoint.client().complete_many_sync([ask("a")])
             second = endpoint.client()
             again = second.complete_many_sync([ask("a")])

@@ -2,8 +2,10 @@
 
 import pytest
 
-from llm import LOCAL_PLACEHOLDER_URL
+from llm import LOCAL_PLACEHOLDER_URL, ChatRequest, LLMCache
 from pipeline.resources import LLMEndpoint
+from tests.fake_server import FakeOpenAIServer
+from tests.services import fresh_database
 
 
 def resource(tmp_path, **fields) -> LLMEndpoint:
@@ -23,7 +25,7 @@ def test_a_configured_url_is_used_as_is(tmp_path):
         "qwen",
         64,
     )
-    assert endpoint.cache_dir == str(tmp_path / "cache")
+    assert endpoint.cache == str(tmp_path / "cache")
 
 
 def test_without_a_url_a_local_server_serves_the_bundled_model(tmp_path):
@@ -42,3 +44,21 @@ def test_a_remote_url_without_a_model_fails_with_the_fix(tmp_path):
 def test_client_outside_a_step_says_what_to_use(tmp_path):
     with pytest.raises(RuntimeError, match=r"outside Dagster use `with llm.endpoint\(\) as endpoint"):
         resource(tmp_path, base_url="http://10.0.0.5:8000/v1", model="qwen").client()
+
+
+def test_a_cache_url_in_the_environment_moves_the_cache_to_postgres(tmp_path, monkeypatch, postgres_url):
+    """A cluster's workers share answers through PostgreSQL; the URL (with its password) stays in the environment."""
+    url = fresh_database(postgres_url)
+    monkeypatch.setenv("SEEDWHEEL_LLM_CACHE_URL", url)
+    request = ChatRequest([{"role": "user", "content": "hi"}], template_version="t1")
+    with FakeOpenAIServer() as server:
+        llm = resource(tmp_path, base_url=server.base_url, model="fake")
+        for _ in range(2):
+            with llm.endpoint() as endpoint:
+                client = endpoint.client()
+                [answer] = client.complete_many_sync([request])
+        assert answer.text == "echo: hi" and client.stats.hits == 1  # the second endpoint read the first's answer
+    assert not (tmp_path / "cache").exists()  # nothing went to the local folder
+    assert url.split("@")[0].split(":")[-1] not in repr(llm.endpoint())  # the password is not shown
+    with LLMCache(url) as cache:
+        assert len(cache) == 1
