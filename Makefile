@@ -58,8 +58,9 @@ test: install-dev system-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/mypy
-	$(BIN)/pytest -n auto --dist loadgroup $(PYTEST_ARGS)
+	@# mypy (one core, about a minute without its cache) runs beside the tests; either failing fails the target.
+	$(BIN)/mypy & checker=$$!; $(BIN)/pytest -n auto --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+		wait $$checker && exit $$status
 
 # The edit-run loop: everything not marked slow (no server, browser, training run or whole graph), on every core.
 # tests/tiers.py fails an unmarked test that runs over pyproject's fast_tier_limit_s, so this tier stays fast.
