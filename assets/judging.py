@@ -32,6 +32,7 @@ from judge import (
 from judge import check as check_calibration
 from judge.rubric import SCORES
 from pipeline.resources import JudgePolicy, LLMEndpoint, SeedRepository
+from validators.seeds import AUDIT_DIR
 from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
@@ -61,7 +62,7 @@ def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, seeds: SeedRepository, llm: LLMEndpoint, judge: JudgePolicy
     ):  # no return annotation: with a check spec the op has two outputs, and Dagster reads annotations per output
         """The judge's agreement with human labels on the audit set, and with itself over repeated samples."""
-        items = calibration_sample(load_audit_set(seeds.folder / "audit"), judge.calibration_per_family)
+        items = calibration_sample(load_audit_set(seeds.folder / AUDIT_DIR), judge.calibration_per_family)
         run = judge_tasks(
             [item.as_task() for item in items],
             client=llm.client(),

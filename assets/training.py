@@ -35,10 +35,11 @@ from training.retrain import DEFAULT_RETRAIN_GROWTH, retrain_decision
 from training.reward_audit import AuditCheck, audit_reward, load_labelled
 from validators.export import export_split
 from validators.rewards import build_reward_funcs
+from validators.seeds import AUDIT_DIR
 from validators.tables import atomic_write, frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
 
-REWARD_AUDIT_FILE = Path("audit", "reward_audit.jsonl")
+REWARD_AUDIT_FILE = Path(AUDIT_DIR, "reward_audit.jsonl")
 # Columns of a checkpoint manifest (sft_checkpoint, grpo_checkpoint): one row per materialization.
 MANIFEST_COLUMNS = (
     "name", "stage", "trained", "checkpoint", "start_model", "base_model", "task_ids", "split_seq", "split_epoch",

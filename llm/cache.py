@@ -62,6 +62,8 @@ _MESSAGE_DIGESTS = 4096
 # Key prefixes remembered within one `cache_keys` call.
 _PREFIXES = 1024
 _SELECT = "SELECT key, text, tokens_in, tokens_out, finish_reason, raw FROM responses"
+# The tables, in both databases; `{seconds}` is the type of seconds since the epoch (PostgreSQL's REAL is 4 bytes,
+# too few for them: it takes DOUBLE PRECISION) and `{parts_options}` SQLite's WITHOUT ROWID.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY,
@@ -71,32 +73,15 @@ CREATE TABLE IF NOT EXISTS responses (
     tokens_out INTEGER NOT NULL,
     raw TEXT,
     request TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at {seconds} NOT NULL
 );
 CREATE TABLE IF NOT EXISTS parts (
     digest TEXT PRIMARY KEY,
     json TEXT NOT NULL
-) WITHOUT ROWID;
+){parts_options};
 """
 _COLUMNS = ("key", "text", "finish_reason", "tokens_in", "tokens_out", "raw", "request", "created_at")
 _PARTS_COLUMNS = ("digest", "json")
-# The same tables in PostgreSQL (seconds since the epoch need a double: PostgreSQL's REAL is 4 bytes).
-_PG_SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
-    key TEXT PRIMARY KEY,
-    text TEXT NOT NULL,
-    finish_reason TEXT,
-    tokens_in INTEGER NOT NULL,
-    tokens_out INTEGER NOT NULL,
-    raw TEXT,
-    request TEXT NOT NULL,
-    created_at DOUBLE PRECISION NOT NULL
-);
-CREATE TABLE IF NOT EXISTS parts (
-    digest TEXT PRIMARY KEY,
-    json TEXT NOT NULL
-);
-"""
 # The advisory lock under which a process creates the PostgreSQL tables (any constant both sides agree on).
 _SCHEMA_LOCK = 0x5EED_CAC4E
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -248,7 +233,7 @@ class _SQLiteStore:
         # Reads through a memory map skip a copy per page: a 100k-key lookup takes ~40% less CPU. Address space
         # only (pages load on demand), and writes still go through the WAL.
         self.db.execute("PRAGMA mmap_size = 1073741824")  # 1 GiB
-        self.db.executescript(_SCHEMA)
+        self.db.executescript(_SCHEMA.format(seconds="REAL", parts_options=" WITHOUT ROWID"))
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.db.execute(sql, params).fetchall()
@@ -294,7 +279,7 @@ class _PostgresStore:
         with self.db, self.db.cursor() as cursor:
             # Two processes creating the tables at once race in the catalogue: one at a time, by an advisory lock.
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            cursor.execute(_PG_SCHEMA)
+            cursor.execute(_SCHEMA.format(seconds="DOUBLE PRECISION", parts_options=""))
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.db, self.db.cursor() as cursor:

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.settings import Settings, default_models_dir
+from validators.seeds import AUDIT_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = REPO / "seeds"
-AUDIT = "audit"  # the seeds folder's audit sets (judge and reward), not seeds
 # CI clones the project next to a copy of shared/, as on a developer machine.
 SHARED_DATA = REPO.parent / "shared" / "data"
 GSM8K = SHARED_DATA / "gsm8k"
@@ -39,11 +39,11 @@ def copy_seeds(dest: Path, families: Iterable[str], *, audit: Iterable[str] = ()
         shutil.copytree(SEEDS / family, dest / family)
     audit = set(audit)
     if audit:
-        (dest / AUDIT).mkdir(parents=True)
-        for path in (SEEDS / AUDIT).glob("*.jsonl"):
+        (dest / AUDIT_DIR).mkdir(parents=True)
+        for path in (SEEDS / AUDIT_DIR).glob("*.jsonl"):
             rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
             kept = [line for line in rows if _family(json.loads(line)) in audit]
-            (dest / AUDIT / path.name).write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+            (dest / AUDIT_DIR / path.name).write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
     return dest
 
 

@@ -27,6 +27,7 @@ from pipeline.runs import RunSummary, materialize
 from tests.assets.test_failures import assert_no_planted_value_kept, ingest, planted_log
 from tests.paths import SEEDS, copy_seeds
 from validators.registry import REGISTRY
+from validators.seeds import AUDIT_DIR
 from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
 from validators.verifiers.sql import SqlResult
@@ -116,7 +117,7 @@ def assert_rows_accounted(settings) -> None:
 
     records = 0
     for path in settings.seeds_dir.rglob("*"):
-        if path.parent.name == "audit" or path.suffix not in (".jsonl", ".yaml"):
+        if path.parent.name == AUDIT_DIR or path.suffix not in (".jsonl", ".yaml"):
             continue
         text = path.read_text(encoding="utf-8")
         records += len(text.splitlines()) if path.suffix == ".jsonl" else len(yaml.safe_load(text))

@@ -22,8 +22,10 @@ from validators.registry import REGISTRY, UnknownVerifierError, VerifyContext
 from validators.tasks import Problem, check_tasks, compute_task_id, schema_problems
 
 SEED_SUFFIXES = (".jsonl", ".yaml", ".yml")
-# Folders under seeds/ that hold other curated data (e.g. the judge's labelled audit set), not seed tasks.
-NON_SEED_DIRS = frozenset({"audit"})
+# The seeds folder's audit sets: the judge's labelled tasks and the reward's labelled completions, not seeds.
+AUDIT_DIR = "audit"
+# Folders under seeds/ that hold other curated data, not seed tasks.
+NON_SEED_DIRS = frozenset({AUDIT_DIR})
 
 
 @dataclass(frozen=True)
