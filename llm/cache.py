@@ -47,9 +47,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from core import SeedwheelError
+from core.database import connect, is_postgres_url, redact_url
 from llm.types import ChatRequest, EndpointConfig, canonical_encode, shared_json
 
 KEY_FORMAT = 2
@@ -84,7 +83,6 @@ _COLUMNS = ("key", "text", "finish_reason", "tokens_in", "tokens_out", "raw", "r
 _PARTS_COLUMNS = ("digest", "json")
 # The advisory lock under which a process creates the PostgreSQL tables (any constant both sides agree on).
 _SCHEMA_LOCK = 0x5EED_CAC4E
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 # Where a request row names its messages and its schema by `parts` digest (rows written before hold them whole).
 _MESSAGES, _RESPONSE_FORMAT = "message_digests", "response_format_digest"
 
@@ -200,24 +198,6 @@ class CachedResponse:
     raw: str | None = None
 
 
-class LLMCacheUnavailable(SeedwheelError, ConnectionError):
-    """The cache's database cannot be reached or used (a Postgres server down, a missing driver)."""
-
-
-def redact_url(url: str) -> str:
-    """A database URL with its password hidden, for messages and logs.
-
-    Example:
-        >>> redact_url("postgresql://seedwheel:s3cret@db.internal:5432/cache")
-        'postgresql://seedwheel:***@db.internal:5432/cache'
-    """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 class _SQLiteStore:
     """The cache's tables in one SQLite file in WAL mode (one machine; several processes may share it)."""
 
@@ -261,20 +241,7 @@ class _PostgresStore:
 
     def __init__(self, url: str) -> None:
         self.where = redact_url(url)
-        try:
-            import psycopg2
-        except ImportError as exc:
-            raise LLMCacheUnavailable(
-                f"the LLM cache at {self.where} needs the PostgreSQL driver, which is not installed",
-                hint="pip install 'seedwheel[postgres]'",
-            ) from exc
-        try:
-            self.db = psycopg2.connect(url, connect_timeout=10)
-        except psycopg2.OperationalError as exc:
-            raise LLMCacheUnavailable(
-                f"the LLM cache's database at {self.where} cannot be reached: {str(exc).strip()}",
-                hint="start PostgreSQL there, or fix the URL (SEEDWHEEL_LLM_CACHE_URL)",
-            ) from exc
+        self.db = connect(url, what="the LLM cache")
         self.db.autocommit = False
         with self.db, self.db.cursor() as cursor:
             # Two processes creating the tables at once race in the catalogue: one at a time, by an advisory lock.
@@ -310,7 +277,7 @@ class LLMCache:
 
     Raises:
         ValueError: another kind of URL (an object store cannot hold a database).
-        LLMCacheUnavailable: the PostgreSQL server cannot be reached, or its driver is not installed.
+        core.database.DatabaseUnavailable: the PostgreSQL server cannot be reached, or its driver is not installed.
 
     Example:
         >>> import tempfile
@@ -323,7 +290,7 @@ class LLMCache:
     def __init__(self, location: str | Path) -> None:
         text = str(location)
         self._store: _SQLiteStore | _PostgresStore
-        if text.startswith(POSTGRES_SCHEMES):
+        if is_postgres_url(text):
             self._store = _PostgresStore(text)
         elif "://" in text:
             raise ValueError(

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
-from llm.cache import LLMCache, redact_url
+from core.database import redact_url
+from llm.cache import LLMCache
 from llm.client import LLMClient
 from llm.types import EndpointConfig, EndpointConfigError
 

@@ -10,7 +10,6 @@ so the launchpad shows and checks them; a choice is a `Literal`, which the launc
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ import pandas as pd
 from pydantic import Field, PrivateAttr
 from upath import UPath
 
+from core.database import DATABASE_URL_ENV, database_url
 from curation.dedup import MinHashConfig
 from curation.splits import SplitConfig
 from generators.rewrite import REWRITE_KINDS
@@ -193,7 +193,7 @@ class LLMEndpoint(dg.ConfigurableResource):
     # torch threads of a local `seedwheel serve`; 1 when other work shares the cores (two spin against each other).
     local_threads: int = 1
     cache_dir: str
-    cache_url_env: str = "SEEDWHEEL_LLM_CACHE_URL"
+    cache_url_env: str = DATABASE_URL_ENV  # the production database (core.database)
     models_dir: str  # where the bundled model is converted when `model` is empty
     log_dir: str  # the local server's logs
 
@@ -224,7 +224,7 @@ class LLMEndpoint(dg.ConfigurableResource):
         if not model and not self.base_url:  # the bundled model, named before it is converted
             model = str(bundled_model_dir(self.models_dir))
         config = ENDPOINT_FIELDS.build(self, base_url=self.base_url or LOCAL_PLACEHOLDER_URL, model=model)
-        cache = os.environ.get(self.cache_url_env) or self.cache_dir
+        cache = database_url(variable=self.cache_url_env) or self.cache_dir
         return Endpoint(config, cache=cache, local_server=None if self.base_url else self._local_server)
 
     @contextmanager

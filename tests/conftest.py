@@ -38,7 +38,7 @@ def seed_records(settings: Settings) -> list[dict]:
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test reads a developer's SEEDWHEEL_* / DAGSTER_HOME or writes into the working tree."""
     variables = ("SEEDWHEEL_PROFILE", "SEEDWHEEL_HOME", "SEEDWHEEL_SEEDS", "DAGSTER_HOME", "SEEDWHEEL_MODELS_DIR")
-    for name in (*variables, "SEEDWHEEL_LLM_CACHE_URL"):
+    for name in (*variables, "SEEDWHEEL_DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SEEDWHEEL_MODELS_DIR", str(REAL_MODELS_DIR))
     monkeypatch.setenv("SEEDWHEEL_HOME", str(tmp_path / "env-home"))

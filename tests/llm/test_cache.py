@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
+from core.database import DatabaseUnavailable
 from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, cache_key, request_payload
-from llm.cache import DB_NAME, LLMCacheUnavailable, cache_keys, payload_key
+from llm.cache import DB_NAME, cache_keys, payload_key
 from tests.paths import REPO
 from tests.services import free_port, fresh_database
 
@@ -251,6 +252,6 @@ def test_workers_creating_the_postgres_tables_at_once_all_succeed(postgres_url):
 
 def test_an_unreachable_postgres_names_the_url_without_its_password_and_the_fix():
     url = f"postgresql://seedwheel:hunter2@127.0.0.1:{free_port()}/cache"
-    with pytest.raises(LLMCacheUnavailable, match=r"seedwheel:\*\*\*@127\.0\.0\.1.*cannot be reached") as caught:
+    with pytest.raises(DatabaseUnavailable, match=r"seedwheel:\*\*\*@127\.0\.0\.1.*cannot be reached") as caught:
         LLMCache(url)
-    assert "hunter2" not in str(caught.value) and "SEEDWHEEL_LLM_CACHE_URL" in caught.value.hint
+    assert "hunter2" not in str(caught.value) and "SEEDWHEEL_DATABASE_URL" in caught.value.hint

@@ -49,7 +49,7 @@ def test_client_outside_a_step_says_what_to_use(tmp_path):
 def test_a_cache_url_in_the_environment_moves_the_cache_to_postgres(tmp_path, monkeypatch, postgres_url):
     """A cluster's workers share answers through PostgreSQL; the URL (with its password) stays in the environment."""
     url = fresh_database(postgres_url)
-    monkeypatch.setenv("SEEDWHEEL_LLM_CACHE_URL", url)
+    monkeypatch.setenv("SEEDWHEEL_DATABASE_URL", url)
     request = ChatRequest([{"role": "user", "content": "hi"}], template_version="t1")
     with FakeOpenAIServer() as server:
         llm = resource(tmp_path, base_url=server.base_url, model="fake")
