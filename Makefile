@@ -29,7 +29,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[models,dev]' $(TORCH_CPU)
+	$(BIN)/pip install --quiet -e '.[models,dev,production]' $(TORCH_CPU)
 	$(BIN)/pip install --quiet --no-deps $(BFCL_EVAL)
 	touch $@
 

@@ -55,10 +55,11 @@ def main() -> None:
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
 @click.option(
     "--executor",
-    type=click.Choice(["in_process", "multiprocess"]),
+    type=click.Choice(["in_process", "multiprocess", "celery"]),
     default="in_process",
     show_default=True,
-    help="multiprocess: a process per step, two at a time (as `dagster dev` runs them).",
+    help="multiprocess: a process per step, two at a time (as `dagster dev` runs them); celery: each step on a "
+    "`seedwheel worker` ($SEEDWHEEL_CELERY_BROKER).",
 )
 @seedwheel_errors(usage=True)
 def run(profile: str | None, select: str | None, home: Path | None, executor: str) -> None:
@@ -379,6 +380,20 @@ def failures_ingest(files: tuple[Path, ...], home: Path | None) -> None:
     click.echo("Tasks and the review queue follow on the next regeneration, or: seedwheel run --select group:failures")
     if failed:
         sys.exit(1)
+
+
+@main.command()
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True, help="Steps at a time.")
+@click.option("--name", default="", help="The worker's node name, e.g. gpu1@%h (default: Celery's, celery@host).")
+def worker(concurrency: int, name: str) -> None:
+    """Run steps that runs queue on $SEEDWHEEL_CELERY_BROKER (Celery), with this machine's settings, until stopped.
+
+    Start as many as the machines and cores allow; each needs the same storage root, Dagster instance and
+    database as the runs (a shared SEEDWHEEL_HOME and SEEDWHEEL_DATABASE_URL on a cluster).
+    """
+    from pipeline.workers import run_worker
+
+    run_worker(Settings.from_env(), concurrency=concurrency, name=name)
 
 
 @main.command()

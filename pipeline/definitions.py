@@ -10,6 +10,7 @@ from pipeline.profiles import ProfileResources, profile_resources
 from pipeline.resources import FailureInbox, SeedRepository, StorageRoot
 from pipeline.settings import Settings
 from pipeline.storage import TableStorage
+from pipeline.workers import step_executor
 
 flywheel_job = dg.define_asset_job(
     "flywheel_job", selection=dg.AssetSelection.all(), description="The whole flywheel: every asset, in order."
@@ -52,6 +53,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         ],
         asset_checks=dg.load_asset_checks_from_modules(modules),
         jobs=[flywheel_job, regeneration_job, training_job],
+        executor=step_executor(settings),  # Celery workers when a broker is configured (pipeline.workers)
         schedules=[_nightly_regeneration(settings, profile)],
         sensors=[
             failures.build_failure_inbox(running=profile.failure_inbox_running),

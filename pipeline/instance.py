@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import dagster as dg
 
+from core.database import DATABASE_URL_ENV, connect
 from pipeline.settings import Settings
 from validators.tables import atomic_write, file_lock
 
 EXCLUSIVE_TAG = "seedwheel/exclusive"
 # Which process runs a CLI run (host:pid): a run whose process is gone was killed and is reaped.
 PROCESS_TAG = "seedwheel/process"
-# Offline machines must not try to send telemetry; runs stay in a local SQLite-backed instance. The run queue
-# (the daemon, which `dagster dev` starts) holds a second run of an exclusive kind (two nightly regenerations)
-# until the first ends, and the `gpu` pool runs one training step at a time.
+# The first line of a dagster.yaml seedwheel writes: such a file is regenerated when the settings call for another
+# one (the database switched on), a file without it is the user's and is used as it is.
+GENERATED = "# Written by seedwheel (pipeline/instance.py) from its settings; remove this line to keep your edits.\n"
+# Offline machines must not try to send telemetry. The run queue (the daemon, which `dagster dev` starts) holds a
+# second run of an exclusive kind (two nightly regenerations) until the first ends, and the `gpu` pool runs one
+# training step at a time.
 INSTANCE_YAML = f"""\
 telemetry:
   enabled: false
@@ -31,18 +37,58 @@ concurrency:
           applyLimitPerUniqueValue: true
         limit: 1
 """
+# With the production database, runs, events and schedules live in PostgreSQL (dagster-postgres), where every
+# machine of a cluster sees them; the URL is read from the variable when the instance opens, never written here.
+POSTGRES_STORAGE_YAML = f"""\
+storage:
+  postgres:
+    postgres_url:
+      env: {DATABASE_URL_ENV}
+"""
+
+
+def instance_yaml(settings: Settings) -> str:
+    """The dagster.yaml `settings` call for: the run queue and pools, and the storage (local SQLite files under
+    the Dagster home, or the production database)."""
+    storage = POSTGRES_STORAGE_YAML if settings.database_url else ""
+    return GENERATED + INSTANCE_YAML + storage
 
 
 def open_instance(settings: Settings) -> dg.DagsterInstance:
-    """The persistent instance at `settings.dagster_home`, created on first use."""
+    """The persistent instance at `settings.dagster_home`, its dagster.yaml written (or brought up to date) first.
+
+    Raises:
+        core.database.DatabaseUnavailable: the production database is configured but cannot be reached.
+    """
+    if settings.database_url:  # fail with the variable and the fix, not deep inside SQLAlchemy
+        connect(settings.database_url, what="the Dagster instance").close()
     # Under a lock: the first open creates the SQLite storages, and two runs creating them at once would both
     # stamp their schema versions, leaving an instance no later run can open ("more than one head").
     with file_lock(settings.dagster_home / ".instance.lock"):
         config = settings.dagster_home / "dagster.yaml"
-        if not config.exists():
+        wanted = instance_yaml(settings)
+        current = config.read_text() if config.exists() else None
+        if current is None or (current.startswith(GENERATED) and current != wanted):
             with atomic_write(config, "w") as handle:
-                handle.write(INSTANCE_YAML)
-        return dg.DagsterInstance.from_config(str(settings.dagster_home))
+                handle.write(wanted)
+        # The storage reads the database URL from the variable when it opens (Settings may come from elsewhere).
+        with exported({DATABASE_URL_ENV: settings.database_url} if settings.database_url else {}):
+            return dg.DagsterInstance.from_config(str(settings.dagster_home))
+
+
+@contextmanager
+def exported(variables: Mapping[str, str]) -> Iterator[None]:
+    """`variables` set in os.environ for the block (step processes inherit them), restored after."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def process_tag() -> str:

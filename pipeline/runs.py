@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,8 +13,8 @@ from dagster._core.definitions.asset_selection import DagsterInvalidAssetSelecti
 
 from core.errors import SeedwheelError
 from pipeline.definitions import build_definitions
-from pipeline.instance import PROCESS_TAG, open_instance, process_tag, reap_dead_runs
-from pipeline.settings import Settings
+from pipeline.instance import PROCESS_TAG, exported, open_instance, process_tag, reap_dead_runs
+from pipeline.settings import CELERY_BROKER_ENV, Settings
 
 logger = logging.getLogger(__name__)
 # Steps at a time in a multiprocess run: one per core of the 2-core machines this is tested on.
@@ -58,8 +56,9 @@ def materialize(
 ) -> RunSummary:
     """Materialize the selected assets (all when `select` is None; else as `selected_asset_keys` reads it).
 
-    `executor`: `in_process` (one process, the CLI's default) or `multiprocess` (a process per step, up to two
-    at a time, as `dagster dev` runs them; the steps rebuild the definitions from `settings.environ()`).
+    `executor`: `in_process` (one process, the CLI's default), `multiprocess` (a process per step, up to two
+    at a time, as `dagster dev` runs them; the steps rebuild the definitions from `settings.environ()`) or
+    `celery` (each step queued on `settings.celery_broker` for a `seedwheel worker`; `pipeline.workers`).
 
     Without `partition` the run covers the unpartitioned assets of the selection; with it, the partitioned ones
     for that partition (a failure log's file name), which is added to the instance when new.
@@ -101,13 +100,24 @@ def materialize(
                 tags=tags,
             )
             return _summary(settings, result.run_id, result.success, result.all_events, partition)
-        if executor != "multiprocess":
-            raise RunRequestError(f"executor {executor!r}: use in_process or multiprocess")
-        run_config["execution"] = {"config": {"multiprocess": {"max_concurrent": MULTIPROCESS_STEPS}}}
+        if executor not in ("multiprocess", "celery"):
+            raise RunRequestError(f"executor {executor!r}: use in_process, multiprocess or celery")
+        if executor == "celery" and not settings.celery_broker:
+            raise RunRequestError(
+                f"executor 'celery' needs the broker its workers listen on: set {CELERY_BROKER_ENV}=redis://host:6379/0"
+                " and start `seedwheel worker` processes with the same settings"
+            )
+        if executor == "multiprocess" and settings.celery_broker:
+            raise RunRequestError(
+                f"{CELERY_BROKER_ENV} is set, so steps run on Celery workers: use executor celery (or in_process), "
+                "or unset it to run a process per step here"
+            )
+        if executor == "multiprocess":
+            run_config["execution"] = {"config": {"multiprocess": {"max_concurrent": MULTIPROCESS_STEPS}}}
         if partition is not None:
             tags["dagster/partition"] = partition
         with (
-            _environment(settings.environ()),
+            exported(settings.environ()),
             dg.execute_job(
                 dg.reconstructable(flywheel_job_from_env),
                 instance=instance,
@@ -156,21 +166,6 @@ def selected_asset_keys(defs: dg.Definitions, select: str | None, partition: str
 def flywheel_job_from_env() -> dg.JobDefinition:
     """`flywheel_job` (every asset), rebuilt from the environment in each step process of a multiprocess run."""
     return build_definitions(Settings.from_env()).resolve_job_def("flywheel_job")
-
-
-@contextmanager
-def _environment(variables: Mapping[str, str]) -> Iterator[None]:
-    """`variables` set in os.environ for the block (step processes inherit them), restored after."""
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def run_summary(settings: Settings, run_id: str | None = None) -> RunSummary:

@@ -7,7 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeGuard, get_args
+from urllib.parse import urlsplit
 
+from core.database import DATABASE_URL_ENV, database_url, redact_url
+
+# Where runs send their steps when set (Celery over Redis); the URL may hold a password, so Dagster's run config
+# names the variable, never its value.
+CELERY_BROKER_ENV = "SEEDWHEEL_CELERY_BROKER"
 Profile = Literal["quickstart", "production"]
 PROFILES: tuple[str, ...] = get_args(Profile)
 # Served by `vllm serve` on a GPU machine when no endpoint URL is configured in production.
@@ -51,6 +57,10 @@ class Settings:
             URL outside every folder the project keeps); empty, the default, deletes it.
         retrain_growth: train (and gate) again when the training split has grown by this fraction since the last
             GRPO checkpoint, e.g. 0.2 (the `corpus_growth` sensor); None trains on demand only.
+        database_url: the production database (`SEEDWHEEL_DATABASE_URL`, see `core.database`): the Dagster
+            instance's storage and the state a cluster's workers share; empty keeps them in local files.
+        celery_broker: a `redis://host:port/db` URL (`SEEDWHEEL_CELERY_BROKER`): runs send their steps to Celery
+            workers (`seedwheel worker`) through it; empty runs steps on the machine that runs the run.
     """
 
     profile: Profile
@@ -67,6 +77,8 @@ class Settings:
     failure_inbox: str = ""
     failure_quarantine: str = ""
     retrain_growth: float | None = None
+    database_url: str = ""
+    celery_broker: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: str | Path | None) -> Settings:
@@ -106,6 +118,7 @@ class Settings:
             },
         )
         retrain_growth = _growth(environ.get("SEEDWHEEL_RETRAIN_GROWTH", ""))
+        celery_broker = _broker(environ.get(CELERY_BROKER_ENV, ""))
         return cls(
             profile,
             home,
@@ -121,6 +134,8 @@ class Settings:
             failure_inbox,
             failure_quarantine,
             retrain_growth,
+            database_url(environ),
+            celery_broker,
         )
 
     def environ(self) -> dict[str, str]:
@@ -140,6 +155,8 @@ class Settings:
             "SEEDWHEEL_FAILURE_INBOX": self.failure_inbox,
             "SEEDWHEEL_FAILURE_QUARANTINE": self.failure_quarantine,
             "SEEDWHEEL_RETRAIN_GROWTH": "" if self.retrain_growth is None else str(self.retrain_growth),
+            DATABASE_URL_ENV: self.database_url,
+            CELERY_BROKER_ENV: self.celery_broker,
         }
 
     def register_verifier_plugins(self) -> None:
@@ -180,6 +197,18 @@ def _growth(value: str) -> float | None:
             "training split has grown by 20% since the last checkpoint (unset: train on demand)"
         )
     return growth
+
+
+def _broker(value: str) -> str:
+    """`SEEDWHEEL_CELERY_BROKER` as a Redis URL with a host, or "" when unset."""
+    url = value.strip()
+    if url and (urlsplit(url).scheme not in ("redis", "rediss") or not urlsplit(url).hostname):
+        raise ValueError(
+            f"{CELERY_BROKER_ENV}={redact_url(url)!r} is not a Redis URL with a host: set it to "
+            "redis://host:6379/0 (the broker the run and `seedwheel worker` share), or unset it to run steps "
+            "on this machine"
+        )
+    return url
 
 
 def _quarantine(value: str, kept: Mapping[str, str]) -> str:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from core.database import DatabaseUnavailable
 from pipeline.settings import Settings
 
 
@@ -88,4 +89,23 @@ def test_the_quarantine_is_empty_by_default_and_round_trips(tmp_path):
     assert Settings.from_env({}).failure_quarantine == ""  # raw logs are deleted once redacted
     settings = Settings.from_env({"SEEDWHEEL_FAILURE_QUARANTINE": str(tmp_path / "q" / "..") + "/raw"}, home="/x")
     assert settings.failure_quarantine == str(tmp_path / "raw")
+    assert Settings.from_env(settings.environ()) == settings
+
+
+@pytest.mark.parametrize("broker", ["redis:///0", "amqp://guest@rabbit//", "127.0.0.1:6379"])
+def test_a_broker_that_is_no_redis_url_with_a_host_is_refused(broker):
+    with pytest.raises(ValueError, match=r"SEEDWHEEL_CELERY_BROKER=.*redis://host:6379/0"):
+        Settings.from_env({"SEEDWHEEL_CELERY_BROKER": broker})
+
+
+def test_a_database_url_without_a_host_names_the_variable_not_the_password():
+    with pytest.raises(DatabaseUnavailable, match="SEEDWHEEL_DATABASE_URL") as caught:
+        Settings.from_env({"SEEDWHEEL_DATABASE_URL": "postgresql://sw:hunter2@/seedwheel"})
+    assert "hunter2" not in str(caught.value)
+
+
+def test_the_database_and_the_broker_reach_child_processes():
+    environ = {"SEEDWHEEL_DATABASE_URL": "postgresql://sw:pw@db/sw", "SEEDWHEEL_CELERY_BROKER": "redis://r:6379/1"}
+    settings = Settings.from_env(environ)
+    assert (settings.database_url, settings.celery_broker) == ("postgresql://sw:pw@db/sw", "redis://r:6379/1")
     assert Settings.from_env(settings.environ()) == settings
