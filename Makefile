@@ -16,7 +16,7 @@ BFCL_EVAL := bfcl-eval==2026.3.23
 # cache), chromium + its driver (the UI).
 SYSTEM_PACKAGES := redis-server postgresql chromium chromium-driver
 
-.PHONY: quickstart test test-fast lint ui install install-dev system-deps clean
+.PHONY: quickstart test test-fast lint ui install install-dev install-production system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,14 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/pip install --quiet --no-deps $(BFCL_EVAL)
 	touch $@
 
+# The cluster install (the Dockerfile's): the quickstart's, plus dagster-postgres, dagster-celery and redis.
+$(VENV)/.installed-production: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[models,production]' $(TORCH_CPU)
+	touch $@
+
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
+install-production: $(VENV)/.installed-production
 
 quickstart: install
 	SEEDWHEEL_PROFILE=quickstart $(BIN)/seedwheel failures ingest examples/failure_log.jsonl
