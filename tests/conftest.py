@@ -9,7 +9,7 @@ import pytest
 from llm.models import bundled_model
 from pipeline.settings import Settings
 from tests.paths import REAL_MODELS_DIR, SEEDS, quickstart_settings
-from tests.services import postgres_server
+from tests.services import fresh_bucket, postgres_server, s3_environment, s3_server
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training.tiny_model import build_tiny_model
 from validators.registry import VerifyContext
@@ -51,6 +51,21 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PostgreSQL server on loopback for the session (tests take their own database: `fresh_database`)."""
     with postgres_server(tmp_path_factory.mktemp("postgres")) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An S3-compatible server on loopback for the session (moto; tests take their own bucket: `s3_bucket`)."""
+    with s3_server(tmp_path_factory.mktemp("s3")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new bucket on the test S3 server, with the AWS_* variables pointing boto3 and s3fs at it."""
+    for name, value in s3_environment(s3_endpoint).items():
+        monkeypatch.setenv(name, value)
+    return fresh_bucket(s3_endpoint)
 
 
 @pytest.fixture(scope="session")

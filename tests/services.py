@@ -76,6 +76,65 @@ def redis_server(workdir: Path) -> Iterator[int]:
 
 
 @contextmanager
+def s3_server(workdir: Path) -> Iterator[str]:
+    """moto's standalone S3 server on 127.0.0.1 (the `moto[server]` dev dependency); yields its endpoint URL.
+
+    moto speaks the S3 protocol as boto3, s3fs and the AWS CLI use it, create-only writes (`If-None-Match: *`)
+    included, and keeps objects in memory: it stands in for S3, MinIO or R2, not for their durability or speed.
+    """
+    executable = Path(sys.executable).with_name("moto_server")
+    if not executable.exists():
+        pytest.skip("moto's S3 server is not installed: pip install 'moto[server]' (make test installs it)")
+    port = free_port()
+    with open(workdir / "s3.log", "wb") as log:
+        process = subprocess.Popen(
+            [str(executable), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+        )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(endpoint, timeout=1).close()
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log = (workdir / "s3.log").read_text()[-2000:]
+                    raise RuntimeError(f"moto_server did not start: {log}") from None
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def s3_environment(endpoint: str) -> dict[str, str]:
+    """The variables that point boto3 and s3fs at `endpoint` with throwaway credentials."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "seedwheel-test",
+        "AWS_SECRET_ACCESS_KEY": "seedwheel-test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
+
+def fresh_bucket(endpoint: str) -> str:
+    """A new, empty bucket on the S3 server at `endpoint`; its name (a test's own)."""
+    import boto3
+
+    name = f"test-{secrets.token_hex(6)}"
+    environ = s3_environment(endpoint)
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=environ["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=environ["AWS_SECRET_ACCESS_KEY"],
+        region_name=environ["AWS_DEFAULT_REGION"],
+    ).create_bucket(Bucket=name)
+    return name
+
+
+@contextmanager
 def postgres_server(workdir: Path) -> Iterator[str]:
     """A throwaway PostgreSQL server on 127.0.0.1 (Debian `postgresql`), password-protected; yields its URL and
     stops it afterwards. As root, the server runs as the `postgres` user (it refuses root), from a data folder
