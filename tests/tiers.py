@@ -15,7 +15,9 @@ import re
 import pytest
 
 # Fixtures that start something a unit test should not: the real model, a loopback server, a database, a browser.
-SLOW_FIXTURES = frozenset({"real_model_dir", "real_engine", "real_server", "webserver", "browser", "postgres_url", "s3_endpoint"})
+SLOW_FIXTURES = frozenset(
+    {"real_model_dir", "real_engine", "real_server", "webserver", "browser", "postgres_url", "s3_endpoint"}
+)
 # Under `pytest -n N --dist loadgroup` (`make test`) the slow tests share one worker, one after another: each keeps
 # both cores busy (model servers, training, whole runs), and two at once only slow each other down (measured: the
 # slow tier took 587 s on two workers against 645 s on one). The fast tests fill the other workers meanwhile.
