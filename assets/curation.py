@@ -1,4 +1,5 @@
-"""Curation assets: every task validated against the schema and its own verifier, then deduplicated and split."""
+"""Curation assets: every task validated against the schema and its own verifier (in shards, a step each), then
+deduplicated and split."""
 
 import time
 
@@ -8,7 +9,14 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
 from curation.curate import dedup_tasks
-from curation.dedup import DedupIndex
+from curation.shards import (
+    SHARD_STATS_COLUMNS,
+    SHARD_VERDICT_COLUMNS,
+    ShardStats,
+    merge_verdicts,
+    plan_shards,
+    shard_verdicts,
+)
 from curation.validity import (
     TASK_REJECT_COLUMNS,
     below_floor,
@@ -23,34 +31,63 @@ from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, check_tasks
 
 
-@dg.multi_asset(
-    group_name=groups.CURATION,
-    outs={
-        "validated_tasks": dg.AssetOut(description="Seeds and variants that pass the schema and their own verifier."),
-        "task_rejects": dg.AssetOut(description="Variants that failed validation, with the reason code."),
-    },
-)
-def validated_tasks(
-    context: dg.AssetExecutionContext,
-    seed_tasks: pd.DataFrame,
-    failure_tasks: pd.DataFrame,
-    task_variants: pd.DataFrame,
+@dg.op(out=dg.DynamicOut(pd.DataFrame))
+def validation_shards(failure_tasks: pd.DataFrame, task_variants: pd.DataFrame, policy: CurationPolicy):
+    """The failure tasks and variants to check, one table per non-empty shard of task-id hashes."""
+    tasks = _checked_tasks(failure_tasks, task_variants)
+    shards = plan_shards([t.get("task_id") for t in tasks], policy.shard_config().shards)
+    for shard, positions in enumerate(shards):
+        if positions:  # an empty hash range makes no step
+            frame = frame_from_records([tasks[i] for i in positions], TASK_FIELDS).assign(position=positions)
+            yield dg.DynamicOutput(frame, mapping_key=str(shard))
+
+
+@dg.op(out={"verdicts": dg.Out(pd.DataFrame), "stats": dg.Out(pd.DataFrame)})
+def check_shard(
+    context: dg.OpExecutionContext,
+    shard: pd.DataFrame,
     seeds: SeedRepository,
     storage: StorageRoot,
+    policy: CurationPolicy,
 ):
-    """Check variants and failure tasks: schema, id hash, verifier params, reference passes, a wrong answer fails."""
-    # Seeds passed the same checks when they were loaded; failure tasks (derived from logs) and variants here.
-    variants = [
-        *records_from_frame(failure_tasks[list(TASK_FIELDS)]),
-        *records_from_frame(task_variants[list(TASK_FIELDS)]),
-    ]
+    """One shard's checks: schema, id hash, verifier params, reference passes, a wrong answer fails."""
+    tasks = records_from_frame(shard[list(TASK_FIELDS)])
     # Verdicts of earlier nights by content (validators.tasks.verdict_key): only new or changed tasks are checked.
+    # Shards share the cache: each commit merges what the others committed meanwhile (curation.shards).
     cache = CacheStore.open(storage.path(VALIDATION_CACHE_FOLDER))
     if cache.rebuilt:
         context.log.warning(f"validation cache rebuilt from scratch: {cache.rebuild_reason}")
     started = time.monotonic()
-    problems = check_tasks(variants, seeds.verify_context(), cache=cache)
-    seconds = time.monotonic() - started
+    problems = check_tasks(tasks, seeds.verify_context(), workers=policy.shard_config().threads, cache=cache)
+    stats: ShardStats = {
+        "shard": int(context.get_mapping_key()),  # the shard index: validation_shards keys its outputs by it
+        "tasks": len(tasks),
+        "cache_hits": cache.hits,
+        "cache_rebuilt": cache.rebuilt,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    verdicts = shard_verdicts(shard["position"].tolist(), tasks, problems)
+    yield dg.Output(frame_from_records(verdicts, SHARD_VERDICT_COLUMNS), output_name="verdicts", metadata={**stats})
+    yield dg.Output(frame_from_records([stats], SHARD_STATS_COLUMNS), output_name="stats")
+
+
+@dg.op(out={"validated_tasks": dg.Out(pd.DataFrame), "task_rejects": dg.Out(pd.DataFrame)})
+def merge_shards(
+    context: dg.OpExecutionContext,
+    seed_tasks: pd.DataFrame,
+    failure_tasks: pd.DataFrame,
+    task_variants: pd.DataFrame,
+    verdicts: list[pd.DataFrame],
+    stats: list[pd.DataFrame],
+    storage: StorageRoot,
+    policy: CurationPolicy,
+):
+    """The shards' verdicts back in input order: seeds plus the valid tasks, and a reject row for each other."""
+    variants = _checked_tasks(failure_tasks, task_variants)
+    rows = (verdict for frame in verdicts for verdict in records_from_frame(frame))
+    problems = merge_verdicts([v.get("task_id") for v in variants], rows)
+    shards = sorted((row for frame in stats for row in records_from_frame(frame)), key=lambda row: row["shard"])
+    cache_hits = sum(row["cache_hits"] for row in shards)
     good, rejects = split_checked(variants, problems)
     tasks = pd.concat([seed_tasks[list(TASK_FIELDS)], frame_from_records(good, TASK_FIELDS)], ignore_index=True)
     reject_frame = frame_from_records(rejects, TASK_REJECT_COLUMNS)
@@ -66,13 +103,17 @@ def validated_tasks(
             "seeds": len(seed_tasks),
             "variants_checked": len(variants),
             "variants_rejected": len(rejects),
-            "cache_hits": cache.hits,
-            "cache_misses": len(variants) - cache.hits,  # checked now: new, changed, or not cacheable
-            "cache_rebuilt": cache.rebuilt,
-            "validation_seconds": dg.MetadataValue.float(round(seconds, 3)),
+            "cache_hits": cache_hits,
+            "cache_misses": len(variants) - cache_hits,  # checked now: new, changed, or not cacheable
+            "cache_rebuilt": any(row["cache_rebuilt"] for row in shards),
+            # The shard steps' checking time added up (the work); `shard_balance` shows each step's share.
+            "validation_seconds": dg.MetadataValue.float(round(sum((row["seconds"] for row in shards), 0.0), 3)),
             "validity_rate": dg.MetadataValue.float(len(good) / len(variants) if variants else 1.0),
             "validity_by_family": dg.MetadataValue.md(_rates_table(by_family, "family")),
             "validity_by_generator": dg.MetadataValue.md(_rates_table(by_generator, "generator")),
+            "shards": policy.shard_config().shards,
+            "shard_steps": len(shards),  # an empty hash range makes no step
+            "shard_balance": dg.MetadataValue.md(markdown_table(shards, ["shard", "tasks", "cache_hits", "seconds"])),
             "families": count_table(tasks["family"], "family"),
             "preview": task_preview(tasks),
         },
@@ -86,6 +127,29 @@ def validated_tasks(
             "preview": preview(reject_frame, ("task_id", "generator", "reason")),
         },
     )
+    storage.remove_step_outputs(context.run_id, "validated_tasks")  # the shards: this run's scratch, now merged
+
+
+@dg.graph_multi_asset(
+    group_name=groups.CURATION,
+    outs={
+        "validated_tasks": dg.AssetOut(description="Seeds and variants that pass the schema and their own verifier."),
+        "task_rejects": dg.AssetOut(description="Variants that failed validation, with the reason code."),
+    },
+)
+def validated_tasks(seed_tasks: pd.DataFrame, failure_tasks: pd.DataFrame, task_variants: pd.DataFrame):
+    """Check variants and failure tasks in shards of task-id hashes, one step each (`policy.validation_shards`)."""
+    # Seeds passed the same checks when they were loaded; failure tasks (derived from logs) and variants here.
+    verdicts, stats = validation_shards(failure_tasks, task_variants).map(check_shard)
+    return merge_shards(seed_tasks, failure_tasks, task_variants, verdicts.collect(), stats.collect())
+
+
+def _checked_tasks(failure_tasks: pd.DataFrame, task_variants: pd.DataFrame) -> list[dict]:
+    """The records `validated_tasks` checks, in its input order: failure tasks, then variants."""
+    return [
+        *records_from_frame(failure_tasks[list(TASK_FIELDS)]),
+        *records_from_frame(task_variants[list(TASK_FIELDS)]),
+    ]
 
 
 def _rates_table(rates: dict[str, tuple[int, int]], label: str) -> str:
@@ -131,7 +195,7 @@ def deduplicated_tasks(
     judge rejected never makes a later near-copy a duplicate. Nothing is committed here.
     """
     config = policy.minhash_config()
-    index = DedupIndex.open(storage.path("dedup_index") / config.name, config, storage_config=policy.lsh_storage())
+    index = policy.dedup_index(storage)
     if index.rebuilt:
         context.log.warning(f"dedup index rebuilt from scratch: {index.rebuild_reason}")
     tasks = records_from_frame(validated_tasks[list(TASK_FIELDS)])

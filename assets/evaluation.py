@@ -35,6 +35,7 @@ def checkpoint_eval(
     grpo_checkpoint: pd.DataFrame,
     seeds: SeedRepository,
     gate: PromotionGate,
+    storage: StorageRoot,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """Baseline and candidate sampled on the eval tasks and scored by their verifiers: one row per completion.
 
@@ -47,7 +48,7 @@ def checkpoint_eval(
     if not tasks:
         raise ValueError("eval_tasks is empty: nothing to evaluate the checkpoint on; check the split's eval_fraction")
     models = {
-        "baseline": gate.registry().baseline(str(grpo_checkpoint.loc[0, "base_model"])),
+        "baseline": gate.registry(storage.state()).baseline(str(grpo_checkpoint.loc[0, "base_model"])),
         "candidate": str(grpo_checkpoint.loc[0, "checkpoint"]),
     }
     frames, reports = [], {}
@@ -105,7 +106,7 @@ def promotion(
     manifests = {role: find_manifest(storage.path(CHECKPOINTS_FOLDER), models[role]) for role in ROLES}
     epochs = {role: None if m is None else m.split_epoch for role, m in manifests.items()}
     decision = decide(comparison, gate.policy(), split_epochs=epochs)
-    registry = gate.registry()
+    registry = gate.registry(storage.state())
     if decision.promote:
         registry.promote(models["candidate"], run_id=context.run.run_id, numbers=decision.numbers)
     failures = failure_report(checkpoint_eval)

@@ -6,11 +6,10 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table, task_preview
 from curation.curate import index_tasks, task_text
-from curation.dedup import DedupIndex, near_duplicate_pairs
+from curation.dedup import near_duplicate_pairs
 from curation.manifests import checkpoint_leaks, trained_tasks
-from curation.split_ledger import SplitLedger
 from curation.splits import lineage_leaks
-from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
+from pipeline.resources import CHECKPOINTS_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
 from validators.export import export_split
 from validators.tables import records_from_frame
 
@@ -35,18 +34,17 @@ def split_tasks(
     """Split the judged tasks by lineage root and export both sides for TRL; the eval side's production failures
     also form `failure_eval`.
 
-    Sides come from the split ledger (`<root>/splits/`): a root keeps the side it was first given, and only
-    roots seen for the first time are planned (stable hash, stratified), so the eval set only grows. The tasks
-    kept here are then added to the dedup index: the index learns what the splits hold, nothing the judge
-    rejected, so a rejected task never marks a later near-copy as a duplicate.
+    Sides come from the split ledger (`<root>/splits/`, or its tables in the production database): a root keeps
+    the side it was first given, and only roots seen for the first time are planned (stable hash, stratified), so
+    the eval set only grows. The tasks kept here are then added to the dedup index: the index learns what the
+    splits hold, nothing the judge rejected, so a rejected task never marks a later near-copy as a duplicate.
     """
     kept = judge.kept(judged_tasks)
-    entry = SplitLedger(storage.path(SPLITS_FOLDER)).assign(kept, policy.split_config(), run_id=context.run.run_id)
+    entry = storage.split_ledger().assign(kept, policy.split_config(), run_id=context.run.run_id)
     for note in entry.notes:
         context.log.warning(f"split: {note}")
     plan, state = entry.plan, entry.state
-    config = policy.minhash_config()
-    index = DedupIndex.open(storage.path("dedup_index") / config.name, config, storage_config=policy.lsh_storage())
+    index = policy.dedup_index(storage)
     added = index_tasks(records_from_frame(kept), index)  # a rerun after a crash finds them known: idempotent
     sides = pd.Series(plan.splits, index=kept.index)
     split_numbers = {

@@ -22,10 +22,9 @@ from assets import groups
 from assets.metadata import count_table, markdown_table, preview
 from assets.plots import bar_chart, line_chart
 from curation.manifests import CheckpointManifest, write_manifest
-from curation.split_ledger import SplitLedger
 from curation.splits import first_per_family
 from llm import tether
-from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, SeedRepository, StorageRoot, TrainingPolicy
+from pipeline.resources import CHECKPOINTS_FOLDER, SeedRepository, StorageRoot, TrainingPolicy
 from training.difficulty import difficulty_label, in_grpo_set, rollouts_by_task, solved_counts
 from training.evaluation import sample_and_score
 from training.grpo import reward_spread
@@ -435,7 +434,7 @@ def _record_checkpoint(
     The manifest names the split plan in force (the ledger's latest: the one `train_tasks` was made under) and
     the run of each input it read, so lineage questions stay answerable after the tables are replaced.
     """
-    state = SplitLedger(storage.path(SPLITS_FOLDER)).state()
+    state = storage.split_ledger().state()
     versions = {}
     for asset in inputs:
         event = context.instance.get_latest_materialization_event(dg.AssetKey(asset))

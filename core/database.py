@@ -9,14 +9,19 @@ they open the database, and every message shows the URL redacted (`redact_url`).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from core.errors import SeedwheelError
 
 DATABASE_URL_ENV = "SEEDWHEEL_DATABASE_URL"
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+# The advisory lock under which a process creates seedwheel's tables (`create_tables`; any constant all agree on).
+SCHEMA_LOCK = 0x5EED_CAC4E
+# `scheme://user:password@` in a URL `urlsplit` cannot parse: the password is group 2.
+_CREDENTIALS = re.compile(r"^([a-z0-9+.-]+://[^:/@]*:)([^@]*)@", re.IGNORECASE)
 
 
 class DatabaseUnavailable(SeedwheelError, ConnectionError):
@@ -29,7 +34,7 @@ def is_postgres_url(location: str) -> bool:
 
 
 def database_url(environ: Mapping[str, str] | None = None, variable: str = DATABASE_URL_ENV) -> str:
-    """The database URL from `variable` ("" when unset: local files instead), checked for a scheme and a host.
+    """The database URL from `variable` ("" when unset: local files instead), checked by `check_url`.
 
     Example:
         >>> database_url({"SEEDWHEEL_DATABASE_URL": "postgresql://sw:pw@db.internal/seedwheel"})
@@ -38,29 +43,46 @@ def database_url(environ: Mapping[str, str] | None = None, variable: str = DATAB
         ''
     """
     url = (os.environ if environ is None else environ).get(variable, "").strip()
-    if not url:
-        return ""
-    if not is_postgres_url(url) or not urlsplit(url).hostname:
-        raise DatabaseUnavailable(
-            f"{variable}={redact_url(url)} is not a PostgreSQL URL with a host",
-            hint=f"set {variable}=postgresql://user:password@host:5432/database, or unset it to keep state in "
-            "local files",
-        )
+    if url:
+        check_url(url, variable)
     return url
 
 
+def check_url(url: str, variable: str = DATABASE_URL_ENV) -> None:
+    """Raise `DatabaseUnavailable`, naming `variable` and the fix, unless `url` is a PostgreSQL URL with a host (and
+    a port, if any, that is a number).
+
+    Example:
+        >>> try:
+        ...     check_url("mysql://sw:pw@db.internal/seedwheel")
+        ... except DatabaseUnavailable as error:
+        ...     print(error.args[0])
+        SEEDWHEEL_DATABASE_URL=mysql://sw:***@db.internal/seedwheel is not a valid PostgreSQL URL
+    """
+    try:
+        parts = urlsplit(url)
+        valid = is_postgres_url(url) and bool(parts.hostname) and (parts.port is None or parts.port > 0)
+    except ValueError:  # a port that is not a number, an unclosed [IPv6 address]
+        valid = False
+    if not valid:
+        raise DatabaseUnavailable(
+            f"{variable}={redact_url(url)} is not a valid PostgreSQL URL",
+            hint=f"set {variable}=postgresql://user:password@host:5432/database, or unset it to keep state in "
+            "local files",
+        )
+
+
 def redact_url(url: str) -> str:
-    """A database URL with its password hidden, for messages and logs.
+    """A database URL with its password hidden, for messages and logs (also when the URL does not parse).
 
     Example:
         >>> redact_url("postgresql://seedwheel:s3cret@db.internal:5432/cache")
         'postgresql://seedwheel:***@db.internal:5432/cache'
+        >>> redact_url("postgresql://seedwheel:s3cret@[::1/cache")
+        'postgresql://seedwheel:***@[::1/cache'
     """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    password = _password(url)
+    return url.replace(f":{password}@", ":***@", 1) if password else url
 
 
 def connect(url: str, *, what: str, variable: str = DATABASE_URL_ENV) -> Any:
@@ -81,8 +103,32 @@ def connect(url: str, *, what: str, variable: str = DATABASE_URL_ENV) -> Any:
         ) from exc
     try:
         return psycopg2.connect(url, connect_timeout=10)
-    except psycopg2.OperationalError as exc:
+    except psycopg2.Error as exc:  # OperationalError: unreachable, refused; ProgrammingError: a malformed URL
+        # libpq quotes a URL it cannot parse whole, password included: only the redacted form goes on.
+        password = _password(url)
+        reason = str(exc).strip().replace(url, where)
+        reason = reason.replace(password, "***") if password else reason
         raise DatabaseUnavailable(
-            f"{what}: the database at {where} cannot be reached: {str(exc).strip()}",
-            hint=f"start PostgreSQL there, or fix the URL ({variable})",
-        ) from exc
+            f"{what}: the database at {where} cannot be reached: {reason}",
+            hint=f"start PostgreSQL there, or fix the URL ({variable}=postgresql://user:password@host:5432/database)",
+        ) from None  # the driver's exception may quote the URL unredacted
+
+
+def create_tables(cursor: Any, schema: str) -> None:
+    """Run `schema` (`CREATE TABLE IF NOT EXISTS ...` statements) in the cursor's transaction, one process at a time.
+
+    Two processes creating the same tables at once race in PostgreSQL's catalogue (a duplicate key in
+    `pg_type_typname_nsp_index`), so creation waits for a transaction-level advisory lock that every seedwheel
+    process takes first; it is released when the transaction ends.
+    """
+    cursor.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+    cursor.execute(schema)
+
+
+def _password(url: str) -> str | None:
+    """The URL's password as written in it (None without one), also when `urlsplit` cannot parse the URL."""
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        found = _CREDENTIALS.search(url)
+        return None if found is None else found.group(2)

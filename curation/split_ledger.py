@@ -10,7 +10,9 @@ side with a new salt, keeps on the train side every root a checkpoint has traine
 per moved root and starts a new *epoch*. The promotion gate refuses to compare checkpoints of different epochs:
 their eval sets differ.
 
-Layout under the folder (the pipeline passes `<storage root>/splits/`):
+Where it lives is the `core.state.StateStore` the caller passes (the pipeline's `StorageRoot.split_ledger()`);
+only the storage of rows and plan records differs, the planning is the same. Without a database, files under the
+folder (the pipeline passes `<storage root>/splits/`):
 
 ```
 ledger.parquet       one row per assignment: root, side, seq, epoch, how (hash | promoted | demoted | resplit)
@@ -20,9 +22,15 @@ plans/000003.json    one record per plan (seq 3): plan_id, epoch, salt, kind (as
 ```
 
 A plan's record is written first and the ledger last: the ledger is the commit point, so a run killed between the
-two leaves a record the ledger does not reach (`seq` above the ledger's), which is ignored and overwritten. Side
-at any earlier plan (`state(seq)`) is the last row per root up to that plan, so lineage questions about an old
-checkpoint ("which split was in force then") stay answerable after a re-split.
+two leaves a record the ledger does not reach (`seq` above the ledger's), which is ignored and overwritten.
+
+With the production database (`SEEDWHEEL_DATABASE_URL`), the same rows and records are the tables `split_ledger`
+and `split_plans` (the record as the same JSON), a plan is written in one transaction (its commit is the commit
+point: no half-written plan is ever visible), and the lock is the advisory lock `split_ledger`, so workers on
+several machines assign safely without a shared file system.
+
+Side at any earlier plan (`state(seq)`) is the last row per root up to that plan, so lineage questions about an
+old checkpoint ("which split was in force then") stay answerable after a re-split.
 
 Example:
     >>> ledger = SplitLedger(Path("/tmp/store/splits"))  # doctest: +SKIP
@@ -46,8 +54,9 @@ from typing import Any
 import pandas as pd
 
 from core import SeedwheelError
+from core.state import StateStore
 from curation.splits import EVAL, TRAIN, SplitConfig, SplitPlan, plan_splits
-from validators.tables import atomic_write, file_lock, read_table, write_table
+from validators.tables import atomic_write, read_table, write_table
 from validators.tasks import canonical_json
 
 logger = logging.getLogger(__name__)
@@ -55,7 +64,23 @@ logger = logging.getLogger(__name__)
 LEDGER = "ledger.parquet"
 PLANS = "plans"
 LOCK = ".lock"
+LOCK_NAME = "split_ledger"  # the run-level lock's name in the database (core.state)
 LEDGER_COLUMNS = ("root", "side", "seq", "epoch", "how")
+# The ledger's tables in the database: a plan's rows name their plan, so no row outlives its record.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS split_plans (
+    seq INTEGER PRIMARY KEY,
+    record TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS split_ledger (
+    seq INTEGER NOT NULL REFERENCES split_plans (seq),
+    root TEXT NOT NULL,
+    side TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    how TEXT NOT NULL,
+    PRIMARY KEY (seq, root)
+);
+"""
 
 
 class SplitLedgerError(SeedwheelError, ValueError):
@@ -101,42 +126,32 @@ class LedgerEntry:
 
 
 class SplitLedger:
-    """The persisted split assignments under `folder` (see the module docstring)."""
+    """The persisted split assignments (see the module docstring).
 
-    def __init__(self, folder: Path) -> None:
+    Args:
+        folder: the ledger's folder when there is no database (the pipeline passes `<storage root>/splits/`).
+        store: where shared records live and how runs take turns (`core.state.StateStore`); with a database, its
+            tables hold the ledger instead of `folder`. None: files, as `StateStore()`.
+
+    Raises:
+        core.database.DatabaseUnavailable: the store's database cannot be reached.
+    """
+
+    def __init__(self, folder: Path, store: StateStore | None = None) -> None:
         self.folder = Path(folder)
-
-    @property
-    def path(self) -> Path:
-        return self.folder / LEDGER
+        self.store = store or StateStore()
+        self._storage: _LedgerFiles | _LedgerTables = (
+            _LedgerTables(self.store) if self.store.in_database else _LedgerFiles(self.folder)
+        )
 
     def rows(self) -> pd.DataFrame:
         """Every assignment ever made, in order (an empty frame before the first)."""
-        if not self.path.exists():
-            return pd.DataFrame(columns=LEDGER_COLUMNS)
-        try:
-            rows = read_table(self.path)
-        except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise SplitLedgerError(
-                f"split ledger {self.path} cannot be read ({exc}); restore it from a backup: rebuilding it would "
-                "re-split every lineage, and the checkpoints' evaluations would no longer compare"
-            ) from exc
-        missing = set(LEDGER_COLUMNS) - set(rows.columns)
-        if missing:
-            raise SplitLedgerError(
-                f"split ledger {self.path} lacks columns {sorted(missing)}; restore it from a backup"
-            )
-        return rows
+        return self._storage.rows()
 
     def plans(self) -> list[dict[str, Any]]:
         """The plan records the ledger reaches, oldest first."""
         last = self._last_seq(self.rows())
-        records = []
-        for path in sorted((self.folder / PLANS).glob("*.json")):
-            record = json.loads(path.read_text(encoding="utf-8"))
-            if record["seq"] <= last:
-                records.append(record)
-        return records
+        return [record for record in self._storage.plans() if record["seq"] <= last]
 
     def state(self, seq: int | None = None) -> SplitState:
         """The split in force after plan `seq` (default: the latest)."""
@@ -161,7 +176,7 @@ class SplitLedger:
         Raises:
             SplitLedgerError: the ledger is unreadable.
         """
-        with file_lock(self.folder / LOCK):
+        with self.store.lock(LOCK_NAME, self.folder / LOCK):
             rows = self.rows()
             current = self._state(rows, self.plans(), None)
             notes = []
@@ -204,7 +219,7 @@ class SplitLedger:
             The plan, the new state, the roots assigned for the first time, and every moved root.
         """
         pinned = set(pinned)
-        with file_lock(self.folder / LOCK):
+        with self.store.lock(LOCK_NAME, self.folder / LOCK):
             rows = self.rows()
             current = self._state(rows, self.plans(), None)
             plan = plan_splits(tasks, config, previous={root: TRAIN for root in pinned})
@@ -252,13 +267,11 @@ class SplitLedger:
             "train_roots": sum(side == TRAIN for side in state.sides.values()),
             "eval_roots": sum(side == EVAL for side in state.sides.values()),
         }
-        with atomic_write(self.folder / PLANS / f"{seq:06d}.json", "w") as handle:
-            handle.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
         added = pd.DataFrame(
             [{"root": r, "side": s, "seq": seq, "epoch": epoch, "how": how[r]} for r, s in sorted(sides.items())],
             columns=LEDGER_COLUMNS,
         )
-        write_table(pd.concat([rows, added], ignore_index=True) if len(rows) else added, self.path)  # commit point
+        self._storage.commit(record, rows, added)
         return state
 
     @staticmethod
@@ -269,7 +282,9 @@ class SplitLedger:
         last = self._last_seq(rows)
         seq = last if seq is None else seq
         if not 0 <= seq <= last:
-            raise SplitLedgerError(f"split plan {seq} does not exist in {self.path}: plans run from 1 to {last}")
+            raise SplitLedgerError(
+                f"split plan {seq} does not exist in {self._storage.where}: plans run from 1 to {last}"
+            )
         if seq == 0:
             return _make_state(0, 0, None, {})
         upto = rows[rows["seq"] <= seq]
@@ -277,10 +292,89 @@ class SplitLedger:
         record = next((r for r in plans if r["seq"] == seq), None)
         if record is None:
             raise SplitLedgerError(
-                f"split plan {seq} is in {self.path} but its record {self.folder / PLANS / f'{seq:06d}.json'} is "
-                "missing; restore the plans folder from a backup"
+                f"split plan {seq} is in {self._storage.where} but its record {self._storage.record_where(seq)} is "
+                "missing; restore the plan records from a backup"
             )
         return _make_state(seq, int(record["epoch"]), record["salt"], sides)
+
+
+class _LedgerFiles:
+    """The ledger as files under a folder: `ledger.parquet` (the commit point) and `plans/<seq>.json`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.path = folder / LEDGER
+        self.where = str(self.path)
+
+    def record_where(self, seq: int) -> str:
+        return str(self.folder / PLANS / f"{seq:06d}.json")
+
+    def rows(self) -> pd.DataFrame:
+        if not self.path.exists():
+            return pd.DataFrame(columns=LEDGER_COLUMNS)
+        try:
+            rows = read_table(self.path)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise SplitLedgerError(
+                f"split ledger {self.path} cannot be read ({exc}); restore it from a backup: rebuilding it would "
+                "re-split every lineage, and the checkpoints' evaluations would no longer compare"
+            ) from exc
+        missing = set(LEDGER_COLUMNS) - set(rows.columns)
+        if missing:
+            raise SplitLedgerError(
+                f"split ledger {self.path} lacks columns {sorted(missing)}; restore it from a backup"
+            )
+        return rows
+
+    def plans(self) -> list[dict[str, Any]]:
+        """Every plan record on disk, an orphan of a killed run included (the ledger decides which count)."""
+        return [json.loads(path.read_text(encoding="utf-8")) for path in sorted((self.folder / PLANS).glob("*.json"))]
+
+    def commit(self, record: Mapping[str, Any], rows: pd.DataFrame, added: pd.DataFrame) -> None:
+        """The plan's record, then the ledger with its rows appended: the ledger's rename commits the plan."""
+        with atomic_write(Path(self.record_where(record["seq"])), "w") as handle:
+            handle.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        write_table(pd.concat([rows, added], ignore_index=True) if len(rows) else added, self.path)  # commit point
+
+
+class _LedgerTables:
+    """The ledger as the tables `split_ledger` and `split_plans` (`SCHEMA`) in the store's database."""
+
+    what = "the split ledger"
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.where = f"{store.where} (tables split_ledger, split_plans)"
+        store.create_tables(SCHEMA, self.what)
+
+    def record_where(self, seq: int) -> str:
+        return f"(split_plans seq {seq})"
+
+    def rows(self) -> pd.DataFrame:
+        with self.store.transaction(self.what) as cursor:
+            # COLLATE "C": byte order within a plan, as the file's rows (sorted by Python) have it.
+            cursor.execute(f'SELECT {", ".join(LEDGER_COLUMNS)} FROM split_ledger ORDER BY seq, root COLLATE "C"')
+            return pd.DataFrame(cursor.fetchall(), columns=LEDGER_COLUMNS)
+
+    def plans(self) -> list[dict[str, Any]]:
+        with self.store.transaction(self.what) as cursor:
+            cursor.execute("SELECT record FROM split_plans ORDER BY seq")
+            return [json.loads(record) for (record,) in cursor.fetchall()]
+
+    def commit(self, record: Mapping[str, Any], rows: pd.DataFrame, added: pd.DataFrame) -> None:
+        """The plan's record and rows in one transaction: its commit makes the whole plan visible at once."""
+        from psycopg2.extras import execute_values
+
+        with self.store.transaction(self.what) as cursor:
+            cursor.execute(
+                "INSERT INTO split_plans (seq, record) VALUES (%s, %s)",
+                (record["seq"], json.dumps(record, sort_keys=True)),
+            )
+            execute_values(
+                cursor,
+                f"INSERT INTO split_ledger ({', '.join(LEDGER_COLUMNS)}) VALUES %s",
+                list(added[list(LEDGER_COLUMNS)].astype(object).itertuples(index=False, name=None)),
+            )
 
 
 def _make_state(seq: int, epoch: int, salt: str | None, sides: dict[str, str]) -> SplitState:

@@ -48,7 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core.database import connect, is_postgres_url, redact_url
+from core.database import connect, create_tables, is_postgres_url, redact_url
 from llm.types import ChatRequest, EndpointConfig, canonical_encode, shared_json
 
 KEY_FORMAT = 2
@@ -81,8 +81,6 @@ CREATE TABLE IF NOT EXISTS parts (
 """
 _COLUMNS = ("key", "text", "finish_reason", "tokens_in", "tokens_out", "raw", "request", "created_at")
 _PARTS_COLUMNS = ("digest", "json")
-# The advisory lock under which a process creates the PostgreSQL tables (any constant both sides agree on).
-_SCHEMA_LOCK = 0x5EED_CAC4E
 # Where a request row names its messages and its schema by `parts` digest (rows written before hold them whole).
 _MESSAGES, _RESPONSE_FORMAT = "message_digests", "response_format_digest"
 
@@ -243,10 +241,8 @@ class _PostgresStore:
         self.where = redact_url(url)
         self.db = connect(url, what="the LLM cache")
         self.db.autocommit = False
-        with self.db, self.db.cursor() as cursor:
-            # Two processes creating the tables at once race in the catalogue: one at a time, by an advisory lock.
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            cursor.execute(_SCHEMA.format(seconds="DOUBLE PRECISION", parts_options=""))
+        with self.db, self.db.cursor() as cursor:  # one process at a time: see `create_tables`
+            create_tables(cursor, _SCHEMA.format(seconds="DOUBLE PRECISION", parts_options=""))
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.db, self.db.cursor() as cursor:

@@ -279,10 +279,9 @@ def splits() -> None:
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
 def splits_show(home: Path | None) -> None:
     """The split in force and every plan that made it."""
-    from curation.split_ledger import SplitLedger
-    from pipeline.resources import SPLITS_FOLDER
+    from pipeline.resources import StorageRoot
 
-    ledger = SplitLedger(Settings.from_env(home=home).home / SPLITS_FOLDER)
+    ledger = StorageRoot(root=str(Settings.from_env(home=home).home)).split_ledger()
     state = ledger.state()
     sides = list(state.sides.values())
     click.echo(
@@ -314,8 +313,7 @@ def splits_resplit(salt: str, note: str, yes: bool, home: Path | None) -> None:
     import pandas as pd
 
     from curation.manifests import trained_tasks
-    from curation.split_ledger import SplitLedger
-    from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER, CurationPolicy
+    from pipeline.resources import CHECKPOINTS_FOLDER, CurationPolicy, StorageRoot
     from validators.tables import read_table
 
     settings = Settings.from_env(home=home)
@@ -323,7 +321,7 @@ def splits_resplit(salt: str, note: str, yes: bool, home: Path | None) -> None:
     missing = [str(path) for path in tables if not path.exists()]
     if missing:
         raise click.ClickException(f"no split to re-split: {', '.join(missing)} missing; run the regeneration first")
-    ledger = SplitLedger(settings.home / SPLITS_FOLDER)
+    ledger = StorageRoot(root=str(settings.home)).split_ledger()
     if salt == ledger.state().salt:
         raise click.UsageError(f"--salt {salt!r} is the salt in force; pass a new one to re-split")
     tasks = pd.concat([read_table(path) for path in tables], ignore_index=True)

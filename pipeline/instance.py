@@ -10,8 +10,9 @@ from contextlib import contextmanager
 import dagster as dg
 
 from core.database import DATABASE_URL_ENV, connect
+from core.state import file_lock
 from pipeline.settings import Settings
-from validators.tables import atomic_write, file_lock
+from validators.tables import atomic_write
 
 EXCLUSIVE_TAG = "seedwheel/exclusive"
 # Which process runs a CLI run (host:pid): a run whose process is gone was killed and is reaped.

@@ -10,9 +10,9 @@
   and which eval items guard each failure.
 
 Checkpoints are read from their manifests (`<root>/checkpoints/*/`, `curation.manifests`), sides from the split
-ledger (`<root>/splits/`, `curation.split_ledger`); both are kept for good, so an old checkpoint stays
-answerable after newer runs replace the asset tables, and after a re-split. Task chains come from the current
-task tables (`seed_tasks`, `failure_tasks`, `task_variants`, the splits).
+ledger (`<root>/splits/` or the production database, `curation.split_ledger`); both are kept for good, so an old
+checkpoint stays answerable after newer runs replace the asset tables, and after a re-split. Task chains come from
+the current task tables (`seed_tasks`, `failure_tasks`, `task_variants`, the splits).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from core import SeedwheelError
 from curation.manifests import TASKS, CheckpointManifest, load_manifests
 from curation.split_ledger import SplitLedger
 from curation.splits import task_roots
-from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
+from pipeline.resources import CHECKPOINTS_FOLDER, StorageRoot
 from validators.tables import read_table
 
 TASK_TABLES = ("seed_tasks", "failure_tasks", "task_variants")
@@ -52,7 +52,7 @@ class Corpus:
 
     @classmethod
     def load(cls, home: Path) -> Corpus:
-        corpus = cls(home, SplitLedger(home / SPLITS_FOLDER))
+        corpus = cls(home, StorageRoot(root=str(home)).split_ledger())
         for name in TASK_TABLES:
             for row in _rows(home / f"{name}.parquet"):
                 corpus.tasks.setdefault(row["task_id"], row)

@@ -66,7 +66,8 @@ def quickstart(settings: Settings) -> ProfileResources:
         ),
         # One paraphrase of the easiest parent per family: every family shows a real rewrite, a few calls in all.
         plan=VariantPlan(per_seed=3, rewrite_kinds=["paraphrase"], rewrites_per_kind=1, rewrite_max_per_family=1),
-        policy=CurationPolicy(),
+        # Validation in two shards: `dagster dev`'s multiprocess executor checks them side by side on the 2 cores.
+        policy=CurationPolicy(validation_shards=2),
         # A 135M judge is a poor judge (its kappa is reported and warned about): its labels are shown, not used to
         # filter; one task and one audit item per family, judged once, keep the quickstart within minutes.
         judge=JudgePolicy(use_labels="all", max_per_family=1, calibration_per_family=1, calibration_samples=1),
@@ -122,7 +123,9 @@ def production(settings: Settings) -> ProfileResources:
     return ProfileResources(
         llm=LLMEndpoint(**_endpoint(settings), local_backend="vllm", max_concurrency=32, **GENERATION_PARAMS),
         plan=VariantPlan(per_seed=5, rewrite_kinds=["paraphrase", "harder", "distractors"], rewrites_per_kind=2),
-        policy=CurationPolicy(),
+        # Validation in eight shards, one step each: at least one per worker (Celery, Kubernetes pods), which check
+        # a shard with a thread per CPU they have (`validation_threads`).
+        policy=CurationPolicy(validation_shards=8),
         judge=JudgePolicy(use_labels="accepted"),
         training=TrainingPolicy(
             **_training(settings),

@@ -23,14 +23,17 @@ from pydantic import Field, PrivateAttr
 from upath import UPath
 
 from core.database import DATABASE_URL_ENV, database_url
-from curation.dedup import MinHashConfig
+from core.state import StateStore
+from curation.dedup import DedupIndex, MinHashConfig
+from curation.shards import ShardConfig
+from curation.split_ledger import SplitLedger
 from curation.splits import SplitConfig
 from generators.rewrite import REWRITE_KINDS
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
 from llm.models import bundled_model, bundled_model_dir
 from llm.serving import Backend, ModelServer
-from pipeline.storage import is_local
+from pipeline.storage import STEP_OUTPUTS_FOLDER, is_local
 from training.grpo_job import GRPOJobConfig, Runtime
 from training.promotion import FamilyRule, PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 
 # Side state kept under the storage root, beside the asset tables, for as long as the root lives.
 SPLITS_FOLDER = "splits"  # the split ledger: every lineage root's side, append-only (curation.split_ledger)
+DEDUP_INDEX_FOLDER = "dedup_index"  # the accepted tasks of earlier runs, one folder per MinHash config
 CHECKPOINTS_FOLDER = "checkpoints"  # one manifest per trained checkpoint (curation.manifests)
 VALIDATION_CACHE_FOLDER = "validation_cache"  # verdicts by content (validators.tasks.verdict_key)
 GENERATION_CACHE_FOLDER = "generation_cache"  # programmatic outputs per parent (generators.programmatic.variants_key)
@@ -107,6 +111,7 @@ SPLIT_FIELDS = Mirror(
         "stratify_by": "stratify_by",
     },
 )
+SHARD_FIELDS = Mirror(ShardConfig, {"validation_shards": "shards", "validation_threads": "threads"})
 FLOOR_FIELDS = Mirror(CalibrationFloors, _same("min_kappa", "min_accuracy", "max_false_accept", "max_judge_error"))
 PRICE_FIELDS = Mirror(TokenPrices, {"price_in_per_1k": "input_per_1k", "price_out_per_1k": "output_per_1k"})
 AUDIT_FIELDS = Mirror(
@@ -138,12 +143,35 @@ DEFAULT_MIN_REFERENCE_CORRECTNESS: int = AcceptanceRule().minimum("reference_cor
 
 
 class StorageRoot(dg.ConfigurableResource):
-    """The storage root, for the data assets keep beside their tables (indexes, exports, caches)."""
+    """The storage root, for the data assets keep beside their tables (indexes, exports, caches): the table
+    storage's root (`pipeline.storage.TableStorage`)."""
 
     root: str
+    # The production database (core.database): when the variable is set, the split ledger, the promotion record
+    # and the run-level locks live there (`state()`); its URL holds a password, so only the name is configuration.
+    database_url_env: str = DATABASE_URL_ENV
 
     def path(self, *parts: str) -> Path:
         return Path(self.root, *parts)
+
+    def state(self) -> StateStore:
+        """Where the records overlapping runs share live and how they take turns (`core.state`): the database the
+        variable names when it is set (read now, never at import), else files under the root and `flock`."""
+        return StateStore.from_env(variable=self.database_url_env)
+
+    def split_ledger(self) -> SplitLedger:
+        """The split ledger: `<root>/splits/`, or its tables in the database (`state()`)."""
+        return SplitLedger(self.path(SPLITS_FOLDER), self.state())
+
+    def remove_step_outputs(self, run_id: str, graph: str) -> None:
+        """Delete the outputs the ops of graph-backed asset `graph` stored in run `run_id`, once the asset's own
+        tables are stored: they are that run's scratch, and would otherwise pile up night after night. A run
+        that fails before keeps them, for a re-execution from the failed step."""
+        run = self.path(STEP_OUTPUTS_FOLDER, run_id)
+        for step in run.glob(f"{graph}.*"):  # step keys are `<graph>.<op>` or `<graph>.<op>[<mapping key>]`
+            shutil.rmtree(step)
+        if run.is_dir() and not any(run.iterdir()):
+            run.rmdir()
 
 
 class SeedRepository(dg.ConfigurableResource):
@@ -283,9 +311,28 @@ class CurationPolicy(dg.ConfigurableResource):
     # Where the LSH band tables live: empty keeps them in memory (recomputed from the stored signatures); a
     # redis:// URL shares them between workers (docs/production.md, "Scaling out"); needs the `redis` extra.
     lsh_redis_url: str = ""
+    # Validation in shards (`curation.shards.ShardConfig`): `validated_tasks` checks each hash range of task ids
+    # in its own step, so an executor with N workers runs it about N times faster; threads per step (None: one
+    # per CPU of the machine the step runs on; 1 for one-core workers).
+    validation_shards: int = SHARD_FIELDS.default("validation_shards")
+    validation_threads: int | None = SHARD_FIELDS.default("validation_threads")
 
     def minhash_config(self) -> MinHashConfig:
         return MINHASH_FIELDS.build(self)
+
+    def dedup_index(self, storage: StorageRoot) -> DedupIndex:
+        """The persisted dedup index of this config (`<root>/dedup_index/<config name>/`), with its LSH storage and
+        the storage's run-level lock (`StorageRoot.state()`): every opener takes the same lock."""
+        config = self.minhash_config()
+        return DedupIndex.open(
+            storage.path(DEDUP_INDEX_FOLDER) / config.name,
+            config,
+            storage_config=self.lsh_storage(),
+            store=storage.state(),
+        )
+
+    def shard_config(self) -> ShardConfig:
+        return SHARD_FIELDS.build(self)
 
     def lsh_storage(self) -> dict[str, Any] | None:
         """datasketch's storage config for the LSH tables, from `lsh_redis_url` (None: in memory)."""
@@ -407,13 +454,16 @@ class PromotionGate(dg.ConfigurableResource):
     family_rule: FamilyRule = PROMOTION_FIELDS.default("family_rule")
     min_tasks: int = PROMOTION_FIELDS.default("min_tasks")
     min_family_tasks: int = PROMOTION_FIELDS.default("min_family_tasks")
-    registry_path: str  # the promotion record: the next run's baseline is its current model
+    # The promotion record without a database (the next run's baseline is its current model); with one, its
+    # table (`StorageRoot.state()`).
+    registry_path: str
 
     def policy(self) -> PromotionPolicy:
         return PROMOTION_FIELDS.build(self)
 
-    def registry(self) -> PromotionRegistry:
-        return PromotionRegistry(self.registry_path)
+    def registry(self, store: StateStore) -> PromotionRegistry:
+        """The promotion record: the file at `registry_path`, or the table in `store`'s database."""
+        return PromotionRegistry(self.registry_path, store)
 
 
 # Every resource that mirrors a library config class, with its `Mirror` (tests/pipeline/test_resource_defaults.py).
@@ -421,6 +471,7 @@ MIRRORS: tuple[tuple[type[dg.ConfigurableResource], Mirror[Any]], ...] = (
     (LLMEndpoint, ENDPOINT_FIELDS),
     (CurationPolicy, MINHASH_FIELDS),
     (CurationPolicy, SPLIT_FIELDS),
+    (CurationPolicy, SHARD_FIELDS),
     (JudgePolicy, FLOOR_FIELDS),
     (JudgePolicy, PRICE_FIELDS),
     (TrainingPolicy, AUDIT_FIELDS),

@@ -53,10 +53,11 @@ def materialize(
     partition: str | None = None,
     executor: str = "in_process",
     ops: Mapping[str, Mapping[str, Any]] | None = None,
+    steps: int = MULTIPROCESS_STEPS,
 ) -> RunSummary:
     """Materialize the selected assets (all when `select` is None; else as `selected_asset_keys` reads it).
 
-    `executor`: `in_process` (one process, the CLI's default), `multiprocess` (a process per step, up to two
+    `executor`: `in_process` (one process, the CLI's default), `multiprocess` (a process per step, up to `steps`
     at a time, as `dagster dev` runs them; the steps rebuild the definitions from `settings.environ()`) or
     `celery` (each step queued on `settings.celery_broker` for a `seedwheel worker`; `pipeline.workers`).
 
@@ -113,7 +114,7 @@ def materialize(
                 "or unset it to run a process per step here"
             )
         if executor == "multiprocess":
-            run_config["execution"] = {"config": {"multiprocess": {"max_concurrent": MULTIPROCESS_STEPS}}}
+            run_config["execution"] = {"config": {"multiprocess": {"max_concurrent": steps}}}
         if partition is not None:
             tags["dagster/partition"] = partition
         with (

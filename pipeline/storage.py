@@ -1,4 +1,11 @@
-"""The IO manager: every asset is a Parquet file at `<root>/<asset>.parquet` (partitions: `<root>/<asset>/<key>`)."""
+"""The IO manager: every asset is a Parquet file at `<root>/<asset>.parquet` (partitions: `<root>/<asset>/<key>`).
+
+The outputs of the ops inside a graph-backed asset (the shards of `validated_tasks`) are scratch of one run, at
+`<root>/steps/<run id>/<step key>/<output>[/<mapping key>].parquet`: on a shared file system or object store every
+step process reads them, and the asset that made them removes them once its own tables are stored
+(`pipeline.resources.StorageRoot.remove_step_outputs`; on an object store, give the `steps/` prefix a lifecycle
+rule instead).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,8 @@ from upath import UPath
 
 from validators.tables import from_arrow, read_table, to_arrow, write_table
 
+STEP_OUTPUTS_FOLDER = "steps"  # op outputs inside graph-backed assets, per run (see the module docstring)
+
 
 class ParquetTableIOManager(dg.UPathIOManager):
     """DataFrames as Parquet, nested columns lossless (see `validators.tables`); local writes are atomic."""
@@ -19,8 +28,10 @@ class ParquetTableIOManager(dg.UPathIOManager):
 
     def dump_to_path(self, context: dg.OutputContext, obj: pd.DataFrame, path: UPath) -> None:
         if not isinstance(obj, pd.DataFrame):
-            asset = context.asset_key.to_user_string()
-            raise TypeError(f"asset {asset} returned {type(obj).__name__}; the table storage writes DataFrames")
+            what = (
+                f"asset {context.asset_key.to_user_string()}" if context.has_asset_key else f"step {context.step_key}"
+            )
+            raise TypeError(f"{what} returned {type(obj).__name__}; the table storage writes DataFrames")
         if is_local(path):
             write_table(obj, Path(path.path))
         else:  # object stores replace an object in one PUT, so a plain write is already atomic
@@ -32,6 +43,9 @@ class ParquetTableIOManager(dg.UPathIOManager):
             return read_table(Path(path.path))
         with path.open("rb") as handle:
             return from_arrow(pq.read_table(handle))
+
+    def get_op_output_relative_path(self, context: dg.InputContext | dg.OutputContext) -> UPath:
+        return UPath(STEP_OUTPUTS_FOLDER, *context.get_identifier())  # run id, step key, output (, mapping key)
 
     def get_metadata(self, context: dg.OutputContext, obj: pd.DataFrame) -> dict[str, dg.MetadataValue]:
         return {"dagster/row_count": dg.MetadataValue.int(len(obj))}

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from core.state import StateStore
 from llm.models import bundled_model
 from pipeline.settings import Settings
 from tests.paths import REAL_MODELS_DIR, SEEDS, quickstart_settings
-from tests.services import fresh_bucket, postgres_server, s3_environment, s3_server
+from tests.services import fresh_bucket, fresh_database, postgres_server, s3_environment, s3_server
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training.tiny_model import build_tiny_model
 from validators.registry import VerifyContext
@@ -51,6 +52,15 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PostgreSQL server on loopback for the session (tests take their own database: `fresh_database`)."""
     with postgres_server(tmp_path_factory.mktemp("postgres")) as url:
         yield url
+
+
+@pytest.fixture(params=["files", pytest.param("postgres", marks=pytest.mark.slow)])
+def state_store(request: pytest.FixtureRequest) -> StateStore:
+    """Where shared records and run-level locks live, each backend in turn: files and `flock`, then a database of
+    the test's own on the real PostgreSQL server (`core.state`)."""
+    if request.param == "files":
+        return StateStore()
+    return StateStore(fresh_database(request.getfixturevalue("postgres_url")))
 
 
 @pytest.fixture(scope="session")

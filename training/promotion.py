@@ -19,8 +19,10 @@ improves arithmetic while quietly breaking a 20-task SQL family would pass. The 
 on the candidate: it must show it is better overall and must not *look* worse anywhere. Families smaller
 than `min_family_tasks` are reported but do not block (a 3-task family's mean is mostly noise).
 
-`PromotionRegistry` records what was promoted in a small JSON file, so the next run's baseline is the current
-promoted checkpoint (`current()` is None before the first promotion: the base model is the baseline).
+`PromotionRegistry` records what was promoted, so the next run's baseline is the current promoted checkpoint
+(`current()` is None before the first promotion: the base model is the baseline): in a small JSON file, or, with
+the production database (`SEEDWHEEL_DATABASE_URL`, through a `core.state.StateStore`), in its table `promotions`,
+one row per promotion, which a cluster's workers share without a shared file system.
 """
 
 from __future__ import annotations
@@ -35,10 +37,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from core import SeedwheelError
+from core.state import StateStore
 from training.stats import Comparison, PairedDifference
-from validators.tables import atomic_write, file_lock
+from validators.tables import atomic_write
 
 REGISTRY_FORMAT = 1
+LOCK_NAME = "promotion_registry"  # the run-level lock's name in the database (core.state)
+# The registry's table in the database: one row per promotion, `seq` 1, 2, ... in the order they were made.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS promotions (
+    seq INTEGER PRIMARY KEY,
+    model TEXT NOT NULL,
+    promoted_at TEXT NOT NULL,
+    run_id TEXT,
+    baseline TEXT,
+    numbers TEXT NOT NULL
+);
+"""
 # How a family's regression is judged: by its mean difference, or only by its whole confidence interval.
 FamilyRule = Literal["mean", "ci"]
 
@@ -205,14 +220,22 @@ class PromotedModel:
 
 
 class PromotionRegistry:
-    """The promoted checkpoint and the history of promotions, in one small JSON file.
+    """The promoted checkpoint and the history of promotions: one small JSON file, or a table in the database.
 
     File format: `{"format": 1, "current": {model, promoted_at, run_id, baseline, numbers} | null,
     "history": [...]}`, oldest promotion first (the last entry is `current`). Writes are atomic (a temporary
-    file renamed into place), so a killed run leaves the previous record intact.
+    file renamed into place), so a killed run leaves the previous record intact. In the database, the table
+    `promotions` holds the history, one row per promotion (`numbers` as the same JSON), and each promotion is one
+    transaction. Either way a promotion reads, appends and writes under the run-level lock `promotion_registry`
+    (`core.state`), so promotions made at once all land in one chain.
 
     Args:
-        path: the JSON file; it need not exist yet.
+        path: the JSON file when there is no database; it need not exist yet.
+        store: where shared records live and how runs take turns (`core.state.StateStore`); with a database, its
+            table holds the record instead of `path`. None: the file, as `StateStore()`.
+
+    Raises:
+        core.database.DatabaseUnavailable: the store's database cannot be reached.
 
     Example:
         >>> registry = PromotionRegistry(tmp / "promoted.json")  # doctest: +SKIP
@@ -223,24 +246,12 @@ class PromotionRegistry:
         'ckpt/run-7'
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], store: StateStore | None = None) -> None:
         self.path = Path(path)
-
-    def _read(self) -> dict[str, Any]:
-        if not self.path.exists():
-            return {"format": REGISTRY_FORMAT, "current": None, "history": []}
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise PromotionRegistryError(
-                f"{self.path}: cannot read the promotion record ({exc}); restore it from backup or delete it to "
-                "start again from the base model"
-            ) from exc
-        if not isinstance(data, dict) or data.get("format") != REGISTRY_FORMAT or "history" not in data:
-            raise PromotionRegistryError(
-                f"{self.path}: not a promotion record of format {REGISTRY_FORMAT}; point the registry at its own file"
-            )
-        return data
+        self.store = store or StateStore()
+        self._storage: _RegistryFile | _RegistryTable = (
+            _RegistryTable(self.store) if self.store.in_database else _RegistryFile(self.path)
+        )
 
     @staticmethod
     def _entry(raw: Mapping[str, Any]) -> PromotedModel:
@@ -254,12 +265,12 @@ class PromotionRegistry:
 
     def current(self) -> PromotedModel | None:
         """The promoted checkpoint, or None when nothing was promoted yet (the base model is the baseline)."""
-        raw = self._read()["current"]
+        raw = self._storage.read()["current"]
         return None if raw is None else self._entry(raw)
 
     def history(self) -> list[PromotedModel]:
         """Every promotion, oldest first."""
-        return [self._entry(raw) for raw in self._read()["history"]]
+        return [self._entry(raw) for raw in self._storage.read()["history"]]
 
     def baseline(self, base_model: str) -> str:
         """What the next candidate is compared with: the promoted checkpoint, else `base_model`."""
@@ -285,9 +296,9 @@ class PromotionRegistry:
         Returns:
             The new `PromotedModel` entry.
         """
-        # Read, append, replace under a lock: two runs promoting at once both land in the history.
-        with file_lock(self.path.with_name(f".{self.path.name}.lock")):
-            data = self._read()
+        # Read, append, write under the lock: two runs promoting at once both land in the history.
+        with self.store.lock(LOCK_NAME, self.path.with_name(f".{self.path.name}.lock")):
+            data = self._storage.read()
             previous = data["current"]
             entry = PromotedModel(
                 model=str(model),
@@ -296,10 +307,74 @@ class PromotionRegistry:
                 baseline=None if previous is None else previous["model"],
                 numbers=dict(numbers or {}),
             )
-            record = asdict(entry)
-            data["current"] = record
-            data["history"] = [*data["history"], record]
-            with atomic_write(self.path, "w") as handle:
-                # allow_nan=False: NaN is not JSON; a NaN in the numbers is a bug to surface here, not in a reader.
-                handle.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+            self._storage.append(asdict(entry), data["history"])
         return entry
+
+
+class _RegistryFile:
+    """The registry as one JSON file, replaced whole on each promotion."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[str, Any]:
+        if not self.path.exists():
+            return {"format": REGISTRY_FORMAT, "current": None, "history": []}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PromotionRegistryError(
+                f"{self.path}: cannot read the promotion record ({exc}); restore it from backup or delete it to "
+                "start again from the base model"
+            ) from exc
+        if not isinstance(data, dict) or data.get("format") != REGISTRY_FORMAT or "history" not in data:
+            raise PromotionRegistryError(
+                f"{self.path}: not a promotion record of format {REGISTRY_FORMAT}; point the registry at its own file"
+            )
+        return data
+
+    def append(self, record: dict[str, Any], history: list[dict[str, Any]]) -> None:
+        """Write the record with `record` promoted after `history` (the promotions before it)."""
+        data = {"format": REGISTRY_FORMAT, "current": record, "history": [*history, record]}
+        with atomic_write(self.path, "w") as handle:
+            # allow_nan=False: NaN is not JSON; a NaN in the numbers is a bug to surface here, not in a reader.
+            handle.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+class _RegistryTable:
+    """The registry as the table `promotions` (`SCHEMA`) in the store's database, one row per promotion."""
+
+    what = "the promotion registry"
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        store.create_tables(SCHEMA, self.what)
+
+    def read(self) -> dict[str, Any]:
+        """The same shape as the file's record: `{"format", "current", "history"}`."""
+        with self.store.transaction(self.what) as cursor:
+            cursor.execute("SELECT model, promoted_at, run_id, baseline, numbers FROM promotions ORDER BY seq")
+            history = [
+                {"model": m, "promoted_at": at, "run_id": run, "baseline": base, "numbers": json.loads(numbers)}
+                for m, at, run, base, numbers in cursor.fetchall()
+            ]
+        return {"format": REGISTRY_FORMAT, "current": history[-1] if history else None, "history": history}
+
+    def append(self, record: dict[str, Any], history: list[dict[str, Any]]) -> None:
+        """Insert `record` as the promotion after `history`, in one transaction (the key refuses a second row in
+        the same place, should a writer ever skip the lock)."""
+        # allow_nan=False, as in the file: NaN is not JSON.
+        numbers = json.dumps(record["numbers"], sort_keys=True, allow_nan=False)
+        with self.store.transaction(self.what) as cursor:
+            cursor.execute(
+                "INSERT INTO promotions (seq, model, promoted_at, run_id, baseline, numbers) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (
+                    len(history) + 1,
+                    record["model"],
+                    record["promoted_at"],
+                    record["run_id"],
+                    record["baseline"],
+                    numbers,
+                ),
+            )

@@ -5,7 +5,7 @@ One folder per cache (the pipeline uses `<storage root>/validation_cache/` and `
 ```
 entries.jsonl   line 1: {"format": 1, "entries": <n>, "sha256": <hex of the rest of the file>}
                 then one JSON line `[key, value]` per entry, sorted by key
-.lock           held while a run writes (validators.tables.file_lock)
+.lock           held while a run writes (core.state.file_lock)
 ```
 
 - **Atomic**: the file is replaced whole (`validators.tables.atomic_write`: a temporary file, then a rename), so a
@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
-from validators.tables import atomic_write, file_lock
+from core.state import file_lock
+from validators.tables import atomic_write
 
 logger = logging.getLogger(__name__)
 

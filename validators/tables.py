@@ -8,7 +8,6 @@ so `read_table` decodes them back exactly. Other tools read the JSON text as is 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import tempfile
@@ -89,21 +88,6 @@ def atomic_write(path: Path, mode: str = "wb") -> Iterator[IO[Any]]:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-
-
-@contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created when missing) for the block, waiting while another holds it.
-
-    For read-modify-write of shared files (the dedup index, the promotion registry) by runs that overlap. It
-    is `flock(2)`: the kernel drops it when its holder dies, so a killed run never leaves it held; two
-    processes, or two threads each opening the lock, exclude each other. Local file systems and NFSv4 honour
-    it, object storage has no locks (see docs/production.md, "Scaling out").
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield  # closing the file releases the lock
 
 
 def write_table(frame: pd.DataFrame, path: Path) -> None:

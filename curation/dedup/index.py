@@ -21,9 +21,11 @@ the files are discarded and the index restarts empty, or from `rebuild_from` (th
 texts, re-signed) when the caller can provide them. A damaged index is never trusted.
 
 **Overlapping runs** (two regenerations forced side by side) share the folder safely: opening, rebuilding and
-committing hold an exclusive lock on `.lock` (`flock`, dropped by the kernel if the holder dies), and a commit
-first takes in the segments another run committed since this one opened the index, so each commit appends the
-next segment and no run's rows are lost or indexed twice.
+committing hold the index's run-level lock (`core.state.StateStore.lock`: `flock` on `.lock`, dropped by the kernel
+if the holder dies; or, with the production database, the advisory lock `dedup_index/<config.name>`, which needs no
+file system that honours `flock`), and a commit first takes in the segments another run committed since this one
+opened the index, so each commit appends the next segment and no run's rows are lost or indexed twice. Every opener
+of one index must pass the same store: an opener on `flock` and one on the database would not exclude each other.
 
 **Candidate search** against the index is in memory: LSH band keys are recomputed from the stored signatures
 (`bench/bench_dedup.py` measures it: ~1 s per million rows, cheaper than storing the band tables, which would
@@ -48,6 +50,7 @@ import pickle
 import time
 import zlib
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,7 @@ import numpy as np
 import pandas as pd
 
 from core import SeedwheelError
+from core.state import StateStore
 from curation.dedup.lsh import MAX_BUCKET_ALL_PAIRS, band_keys
 from curation.dedup.minhash import (
     NORMALIZATION_VERSION,
@@ -66,12 +70,12 @@ from curation.dedup.minhash import (
     exact_hash,
     normalize_text,
 )
-from validators.tables import atomic_write, file_lock
+from validators.tables import atomic_write
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-LOCK = ".lock"  # held while a run opens, commits or rebuilds the index (validators.tables.file_lock)
+LOCK = ".lock"  # held while a run opens, commits or rebuilds the index (core.state.file_lock, without a database)
 FORMAT_VERSION = 1
 RebuildSource = Callable[[], tuple[Sequence[Hashable], Sequence[str]]]
 
@@ -115,18 +119,31 @@ class DedupIndex:
     Attributes:
         folder: where the files live.
         config: the config whose `name` the manifest must carry.
+        store: whose run-level lock guards the folder (`core.state.StateStore`; files and `flock` by default).
         rebuilt: True when the stored index was damaged or mismatched and was discarded on open.
         rebuild_reason: why, or None.
     """
 
-    def __init__(self, folder: Path, config: MinHashConfig, storage_config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        config: MinHashConfig,
+        storage_config: dict[str, Any] | None = None,
+        store: StateStore | None = None,
+    ) -> None:
         self.folder = Path(folder)
         self.config = config
         self.storage_config = storage_config
+        self.store = store or StateStore()
         self._reset()
 
+    def _lock(self) -> AbstractContextManager[None]:
+        """The index's run-level lock: `.lock` in its folder, or its advisory lock in the store's database."""
+        return self.store.lock(f"dedup_index/{self.config.name}", self.folder / LOCK)
+
     def _reset(self) -> None:
-        """Empty in memory, as a fresh `DedupIndex(folder, config, storage_config)` (the files are left alone)."""
+        """Empty in memory, as a fresh `DedupIndex(folder, config, storage_config, store)` (the files are left
+        alone)."""
         self.rebuilt = False
         self.rebuild_reason: str | None = None
         self.load_seconds = 0.0
@@ -151,6 +168,7 @@ class DedupIndex:
         *,
         storage_config: dict[str, Any] | None = None,
         rebuild_from: RebuildSource | None = None,
+        store: StateStore | None = None,
     ) -> DedupIndex:
         """Load the index in `folder` (empty when there is none), verifying every file against the manifest.
 
@@ -160,6 +178,8 @@ class DedupIndex:
             storage_config: optional datasketch storage for the LSH tables (see the module docstring).
             rebuild_from: called only when the stored index is damaged: returns the accepted rows' keys and
                 texts so the index is rebuilt from them rather than restarted empty.
+            store: whose run-level lock guards the folder (`core.state.StateStore`); every opener of one index
+                passes the same one. None: `flock` on `.lock`.
 
         Returns:
             The index; `rebuilt` and `rebuild_reason` say whether a damaged index was discarded.
@@ -169,9 +189,9 @@ class DedupIndex:
             >>> len(index), index.rebuilt  # doctest: +SKIP
             (0, False)
         """
-        index = cls(folder, config, storage_config)
+        index = cls(folder, config, storage_config, store)
         started = time.perf_counter()
-        with file_lock(index.folder / LOCK):  # a run committing or rebuilding now finishes first
+        with index._lock():  # a run committing or rebuilding now finishes first
             if (index.folder / MANIFEST).exists() or any(index.folder.glob("seg-*")):
                 try:
                     index._load()
@@ -412,7 +432,7 @@ class DedupIndex:
         """
         if not self._staged:
             return 0
-        with file_lock(self.folder / LOCK):
+        with self._lock():
             self._catch_up()
             return self._write_segment()
 

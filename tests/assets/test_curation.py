@@ -1,12 +1,20 @@
-"""Curation assets on planted data: bad variants are rejected with a reason, and the validity floor blocks."""
+"""Curation assets on planted data: bad variants are rejected with a reason, and the validity floor blocks;
+validation in shards gives the tables of one step, also with a step per process."""
 
+import os
+import shutil
+from collections import Counter
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
+from curation.shards import shard_of
 from curation.splits import SplitConfig, plan_splits
 from generators.base import derive_task
+from pipeline.instance import open_instance
 from pipeline.runs import materialize
+from validators.cache_store import CacheStore
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.tables import frame_from_records, read_table, write_table
@@ -22,11 +30,11 @@ def arithmetic_seeds(settings) -> list[dict]:
     return seeds.tasks[:4]
 
 
-def plant(settings, seeds: list[dict], variants: list[dict]) -> None:
-    """Write upstream assets as a previous run would have, so only curation runs."""
+def plant(settings, seeds: list[dict], variants: list[dict], failures: list[dict] = ()) -> None:
+    """Write upstream assets as a previous run would have, so only curation runs (no failure logs by default)."""
     write_table(frame_from_records(seeds, (*TASK_FIELDS, "origin")), settings.home / "seed_tasks.parquet")
     write_table(frame_from_records(variants, TASK_FIELDS), settings.home / "task_variants.parquet")
-    write_table(frame_from_records([], TASK_FIELDS), settings.home / "failure_tasks.parquet")  # no failure logs
+    write_table(frame_from_records(failures, TASK_FIELDS), settings.home / "failure_tasks.parquet")
 
 
 def variant(seed: dict, answer: str, reference: str) -> dict:
@@ -74,6 +82,87 @@ def test_the_validity_floor_blocks_when_a_family_falls_below_it(settings, arithm
     assert ("family_validity_floor", False, "ERROR") in summary.checks
     assert read_table(settings.home / "task_rejects.parquet")["reason_code"].unique().tolist() == ["reference_failed"]
     assert Path(settings.home / "validated_tasks.parquet").exists()
+
+
+def mixed_variants(seeds: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Failure tasks and variants, valid and rejected interleaved: 2 + 22 tasks, 1 + 3 of them rejected (the
+    variants stay above the validity floor)."""
+    made = [variant(s, str(n), f"#### {n if n < 6 else n + 1}") for s in seeds for n in range(1, 7)]
+    return [made[0], made[5]], [*made[1:5], *made[6:]]
+
+
+def validate(settings, shards: int, executor: str = "in_process"):
+    summary = materialize(
+        settings, "validated_tasks", resources={"policy": {"validation_shards": shards}}, executor=executor
+    )
+    assert summary.success, summary.failures
+    tables = {name: (settings.home / f"{name}.parquet").read_bytes() for name in ("validated_tasks", "task_rejects")}
+    return summary, tables
+
+
+def test_three_shards_give_the_tables_of_one_step_byte_for_byte(settings, arithmetic_seeds):
+    failures, variants = mixed_variants(arithmetic_seeds)
+    plant(settings, arithmetic_seeds, variants, failures)
+    _, one = validate(settings, 1)
+    shutil.rmtree(settings.home / "validation_cache")  # the shards check every task again
+    summary, three = validate(settings, 3)
+    assert three == one
+    # The rows keep their input order (failure tasks, then variants), not the order of the shards.
+    validated = read_table(settings.home / "validated_tasks.parquet")
+    rejects = read_table(settings.home / "task_rejects.parquet")
+    good = [t["task_id"] for t in [*failures, *variants] if t["task_id"] not in set(rejects["task_id"])]
+    assert validated["task_id"].tolist() == [*(s["task_id"] for s in arithmetic_seeds), *good]
+    assert len(rejects) == 4 and rejects["reason_code"].unique().tolist() == ["reference_failed"]
+    metadata = next(a for a in summary.assets if a.key == "validated_tasks").metadata
+    assert (metadata["shards"], metadata["variants_checked"], metadata["cache_misses"]) == (3, 24, 24)
+    table = [line.split("|") for line in metadata["shard_balance"].splitlines()[2:]]  # | shard | tasks | ...
+    balance = {int(cells[1]): int(cells[2]) for cells in table}
+    assert balance == Counter(shard_of(t["task_id"], 3) for t in [*failures, *variants])
+    assert metadata["shard_steps"] == len(balance) >= 2
+    assert not list((settings.home / "steps").iterdir()), "the merged shards' scratch was left behind"
+
+
+def test_a_new_shard_count_keeps_the_verdict_cache(settings, arithmetic_seeds):
+    failures, variants = mixed_variants(arithmetic_seeds)
+    plant(settings, arithmetic_seeds, variants, failures)
+    validate(settings, 1)
+    summary, _ = validate(settings, 2)
+    metadata = next(a for a in summary.assets if a.key == "validated_tasks").metadata
+    assert (metadata["cache_hits"], metadata["cache_misses"]) == (24, 0)  # verdicts are keyed by content
+
+
+def test_no_tasks_to_check_make_no_shard_step(settings, arithmetic_seeds):
+    plant(settings, arithmetic_seeds, [])
+    summary, _ = validate(settings, 3)
+    metadata = next(a for a in summary.assets if a.key == "validated_tasks").metadata
+    assert (metadata["rows"], metadata["variants_checked"], metadata["shard_steps"]) == (4, 0, 0)
+    assert read_table(settings.home / "task_rejects.parquet").empty
+
+
+def test_zero_shards_fail_the_run_naming_the_setting(settings, arithmetic_seeds):
+    plant(settings, arithmetic_seeds, mixed_variants(arithmetic_seeds)[1])
+    summary = materialize(settings, "validated_tasks", resources={"policy": {"validation_shards": 0}})
+    assert not summary.success and "set validation_shards on the policy resource" in " ".join(summary.failures)
+
+
+@pytest.mark.slow  # a process per step, each loading the code location: about 15 s on 2 cores
+def test_shards_run_in_processes_of_their_own_under_the_multiprocess_executor(settings, arithmetic_seeds):
+    failures, variants = mixed_variants(arithmetic_seeds)
+    plant(settings, arithmetic_seeds, variants, failures)
+    _, one = validate(settings, 1)
+    shutil.rmtree(settings.home / "validation_cache")
+    summary, three = validate(settings, 3, executor="multiprocess")
+    assert three == one
+    with open_instance(settings) as instance:
+        starts = instance.all_logs(summary.run_id, of_type=dg.DagsterEventType.STEP_START)
+    pids = {entry.dagster_event.step_key: entry.dagster_event.pid for entry in starts}
+    shards = {step: pid for step, pid in pids.items() if step.startswith("validated_tasks.check_shard[")}
+    assert len(shards) >= 2 and len(set(shards.values())) == len(shards), pids
+    assert os.getpid() not in shards.values() and pids["validated_tasks.merge_shards"] not in shards.values()
+    assert not list((settings.home / "steps").iterdir())
+    # The shard processes committed to one verdict cache, each merging what the others wrote: none is lost.
+    cache = CacheStore.open(settings.home / "validation_cache")
+    assert (len(cache), cache.rebuilt) == (24, False)
 
 
 def judged(tasks: list[dict]) -> list[dict]:

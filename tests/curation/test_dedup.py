@@ -12,6 +12,7 @@ import pytest
 import redis
 from datasketch import MinHash, MinHashLSH
 
+from core.state import StateStore
 from curation.dedup import (
     DedupConfigError,
     DedupIndex,
@@ -374,9 +375,9 @@ def test_overlapping_runs_commit_in_turn_and_lose_no_rows(tmp_path: Path) -> Non
     assert near[0].duplicate_of == second_keys[2]
 
 
-def _commit_after_barrier(folder: str, prefix: str, barrier) -> None:
+def _commit_after_barrier(folder: str, prefix: str, barrier, store: StateStore) -> None:
     # One overlapping run, in its own process: open, wait for all the others to have opened, label, commit.
-    index = DedupIndex.open(Path(folder), CONFIG)
+    index = DedupIndex.open(Path(folder), CONFIG, store=store)
     barrier.wait(timeout=60)
     keys, texts = _distinct_tasks(prefix, 20)
     assert not any(label.is_duplicate for label in label_duplicates(keys, texts, None, CONFIG, index=index))
@@ -384,12 +385,14 @@ def _commit_after_barrier(folder: str, prefix: str, barrier) -> None:
 
 
 @pytest.mark.slow
-def test_runs_in_separate_processes_committing_at_once_keep_every_row(tmp_path: Path) -> None:
+def test_runs_in_separate_processes_committing_at_once_keep_every_row(tmp_path: Path, state_store) -> None:
+    # The index's lock is flock on `.lock`, or with a database the advisory lock (no lock file then).
     context = multiprocessing.get_context("spawn")
     prefixes = ["alpha row", "beta item", "gamma entry", "delta case"]
     barrier = context.Barrier(len(prefixes))
     workers = [
-        context.Process(target=_commit_after_barrier, args=(str(tmp_path), prefix, barrier)) for prefix in prefixes
+        context.Process(target=_commit_after_barrier, args=(str(tmp_path), prefix, barrier, state_store))
+        for prefix in prefixes
     ]
     for worker in workers:
         worker.start()
@@ -397,9 +400,10 @@ def test_runs_in_separate_processes_committing_at_once_keep_every_row(tmp_path: 
         worker.join(timeout=120)
     assert [worker.exitcode for worker in workers] == [0] * len(prefixes)
 
-    index = DedupIndex.open(tmp_path, CONFIG)
+    index = DedupIndex.open(tmp_path, CONFIG, store=state_store)
     assert not index.rebuilt and len(index) == 80
     assert sorted(index.keys) == sorted(key for prefix in prefixes for key in _distinct_tasks(prefix, 20)[0])
+    assert (tmp_path / ".lock").exists() != state_store.in_database
 
 
 def test_datasketch_storage_path_gives_the_same_labels(tmp_path: Path) -> None:

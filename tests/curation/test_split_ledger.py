@@ -1,12 +1,16 @@
-"""The split ledger: a root keeps its side across nights, re-splits are explicit epochs, history stays readable."""
+"""The split ledger: a root keeps its side across nights, re-splits are explicit epochs, history stays readable;
+in files and in PostgreSQL (`state_store`), also with processes writing at once or killed mid-write."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from curation.split_ledger import LEDGER, PLANS, SplitLedger, SplitLedgerError
 from curation.splits import EVAL, TRAIN, SplitConfig, plan_splits, root_hash
 from tests.curation.test_splits import seeds, task
+from tests.paths import REPO
 
 CONFIG = SplitConfig(salt="ledger-test")
 
@@ -26,13 +30,13 @@ def failure_tasks(ids: list[str]) -> list[dict]:
     return [task(f"t-{ident}", failure_id=ident) for ident in ids]
 
 
-def test_a_root_the_guarantee_rule_moved_never_moves_back(tmp_path):
+def test_a_root_the_guarantee_rule_moved_never_moves_back(tmp_path, state_store):
     # The issue's night sequence: two failures hash to eval, the guarantee rule demotes one to train; a third
     # failure then hashes to train. Re-derived without the ledger the demoted one returns to eval (the model
     # trained on it would be evaluated on it); with the ledger it stays.
     first, second = failures_hashing(EVAL, 2)
     [third] = failures_hashing(TRAIN, 1)
-    ledger = SplitLedger(tmp_path)
+    ledger = SplitLedger(tmp_path, state_store)
     night1 = ledger.assign(failure_tasks([first, second]), CONFIG, run_id="night-1")
     demoted = [root for root, how in night1.plan.guaranteed.items() if how == "demoted"]
     assert len(demoted) == 1 and night1.state.sides[demoted[0]] == TRAIN
@@ -45,8 +49,8 @@ def test_a_root_the_guarantee_rule_moved_never_moves_back(tmp_path):
     assert night2.new_roots == [third] and night2.state.seq == 2
 
 
-def test_nights_only_append_and_each_plan_is_recorded_with_its_run(tmp_path):
-    ledger = SplitLedger(tmp_path)
+def test_nights_only_append_and_each_plan_is_recorded_with_its_run(tmp_path, state_store):
+    ledger = SplitLedger(tmp_path, state_store)
     one = ledger.assign(seeds("a", 20), CONFIG, run_id="run-1")
     same = ledger.assign(seeds("a", 20), CONFIG, run_id="run-2")
     assert same.state == one.state and same.new_roots == []  # nothing new: no plan, no row
@@ -59,8 +63,8 @@ def test_nights_only_append_and_each_plan_is_recorded_with_its_run(tmp_path):
     assert one.state.plan_id != two.state.plan_id
 
 
-def test_a_new_salt_in_the_config_is_noted_not_applied(tmp_path):
-    ledger = SplitLedger(tmp_path)
+def test_a_new_salt_in_the_config_is_noted_not_applied(tmp_path, state_store):
+    ledger = SplitLedger(tmp_path, state_store)
     ledger.assign(seeds("a", 10), CONFIG, run_id="run-1")
     entry = ledger.assign(seeds("a", 12), SplitConfig(salt="another"), run_id="run-2")
     assert "resplit" in entry.notes[0]
@@ -69,8 +73,8 @@ def test_a_new_salt_in_the_config_is_noted_not_applied(tmp_path):
     assert entry.state.sides == expected
 
 
-def test_a_resplit_is_a_new_epoch_keeps_trained_roots_in_train_and_history(tmp_path):
-    ledger = SplitLedger(tmp_path)
+def test_a_resplit_is_a_new_epoch_keeps_trained_roots_in_train_and_history(tmp_path, state_store):
+    ledger = SplitLedger(tmp_path, state_store)
     tasks = seeds("a", 40)
     before = ledger.assign(tasks, CONFIG, run_id="run-1").state
     trained = [root for root, side in before.sides.items() if side == TRAIN][:10]
@@ -103,3 +107,101 @@ def test_a_damaged_ledger_is_an_error_never_a_silent_resplit(tmp_path):
     (tmp_path / LEDGER).write_bytes(b"not parquet")
     with pytest.raises(SplitLedgerError, match="restore it from a backup"):
         ledger.assign(seeds("a", 10), CONFIG, run_id="run-2")
+
+
+# Assigns a night's roots `rounds` times, each night adding shared roots and roots of its own, once the parent says
+# go; prints the new roots of each plan it made. argv: folder, database URL ("" for files), name, rounds.
+ASSIGNER = """
+import json, sys
+from pathlib import Path
+from core.state import StateStore
+from curation.split_ledger import SplitLedger
+from tests.curation.test_split_ledger import CONFIG
+from tests.curation.test_splits import seeds
+folder, url, name, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+ledger = SplitLedger(Path(folder), StateStore(url))
+print("ready", flush=True)
+sys.stdin.readline()
+made = []
+for night in range(rounds):
+    tasks = [*seeds("shared", 6 * (night + 1)), *seeds(name, 4 * (night + 1))]
+    entry = ledger.assign(tasks, CONFIG, run_id=f"{name}-{night}")
+    if entry.new_roots:
+        made.append({"run_id": f"{name}-{night}", "seq": entry.state.seq, "new_roots": entry.new_roots})
+print(json.dumps(made))
+"""
+
+
+def test_two_processes_assigning_at_once_give_each_root_one_side_and_lose_no_plan(tmp_path, state_store):
+    # Both plan the same shared roots night after night, released together: without the run-level lock they read
+    # the same ledger and both write plan n (files: one overwrites the other; PostgreSQL: a duplicate key).
+    rounds = 8
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ASSIGNER, str(tmp_path), state_store.database_url, name, str(rounds)],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("left", "right")
+    ]
+    for proc in procs:
+        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    made = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        made += json.loads(out)
+
+    ledger = SplitLedger(tmp_path, state_store)
+    rows, plans = ledger.rows(), ledger.plans()
+    planned = [*seeds("shared", 6 * rounds), *seeds("left", 4 * rounds), *seeds("right", 4 * rounds)]
+    expected_roots = {t["task_id"] for t in planned}  # a seed is its own root
+    assert rows["root"].is_unique and set(rows["root"]) == expected_roots  # each root once: one side, for good
+    # Every plan a process made is in the ledger under the number it was given, with exactly its roots.
+    assert sorted(p["seq"] for p in plans) == list(range(1, len(plans) + 1)) == sorted(m["seq"] for m in made)
+    by_seq = {p["seq"]: p for p in plans}
+    for plan in made:
+        assert by_seq[plan["seq"]]["run_id"] == plan["run_id"]
+        assert (
+            by_seq[plan["seq"]]["new_roots"] == plan["new_roots"] == sorted(rows[rows["seq"] == plan["seq"]]["root"])
+        )
+
+
+# Assigns once more with the ledger's commit write replaced by SIGKILL: files die after the plan's record and before
+# the ledger; PostgreSQL after inserting the plan's record, inside the transaction, before its rows.
+KILLED = """
+import os, signal, sys
+from pathlib import Path
+import psycopg2.extras
+import curation.split_ledger
+from core.state import StateStore
+from curation.split_ledger import SplitLedger
+from tests.curation.test_split_ledger import CONFIG
+from tests.curation.test_splits import seeds
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+curation.split_ledger.write_table = psycopg2.extras.execute_values = die
+SplitLedger(Path(sys.argv[1]), StateStore(sys.argv[2])).assign(seeds("a", 14), CONFIG, run_id="killed")
+"""
+
+
+def test_a_run_killed_while_writing_a_plan_leaves_the_split_before_it(tmp_path, state_store):
+    ledger = SplitLedger(tmp_path, state_store)
+    before = ledger.assign(seeds("a", 10), CONFIG, run_id="run-1").state
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED, str(tmp_path), state_store.database_url], cwd=REPO, capture_output=True
+    )
+    assert killed.returncode == -9, killed.stderr.decode()
+    assert ledger.state() == before and [p["run_id"] for p in ledger.plans()] == ["run-1"]
+    # The next run plans as if the killed one never started (its plan number is free again).
+    after = ledger.assign(seeds("a", 12), CONFIG, run_id="run-2")
+    assert after.state.seq == 2 and after.new_roots == ["a10", "a11"]
+    assert [p["run_id"] for p in ledger.plans()] == ["run-1", "run-2"]

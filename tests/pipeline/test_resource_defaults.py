@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 
 from curation.dedup import MinHashConfig
+from curation.shards import ShardConfig
 from curation.splits import SplitConfig
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from llm import EndpointConfig
@@ -52,6 +53,7 @@ def test_a_resource_left_at_its_defaults_builds_the_library_defaults(tmp_path):
     policy = CurationPolicy()
     assert policy.minhash_config() == MinHashConfig()
     assert policy.split_config() == SplitConfig()
+    assert policy.shard_config() == ShardConfig()
     judge = JudgePolicy()
     assert (judge.rule(), judge.floors(), judge.prices()) == (AcceptanceRule(), CalibrationFloors(), TokenPrices())
     training = TrainingPolicy(models_dir=str(tmp_path))

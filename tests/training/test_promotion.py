@@ -1,6 +1,9 @@
-"""The promotion gate on synthetic score tables, the coverage of its intervals, and the promotion record."""
+"""The promotion gate on synthetic score tables, the coverage of its intervals, and the promotion record (in a file
+and in PostgreSQL: `state_store`)."""
 
 import json
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -8,6 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.state import StateStore
+from tests.paths import REPO
+from tests.services import fresh_database
 from training.promotion import (
     PromotionPolicy,
     PromotionPolicyError,
@@ -197,8 +203,8 @@ def test_paired_interval_covers_the_true_difference_about_95_percent_of_the_time
     assert 0.89 <= covered / runs <= 0.99
 
 
-def test_registry_starts_empty_and_records_promotions(tmp_path: Path) -> None:
-    registry = PromotionRegistry(tmp_path / "state" / "promoted.json")
+def test_registry_starts_empty_and_records_promotions(tmp_path: Path, state_store) -> None:
+    registry = PromotionRegistry(tmp_path / "state" / "promoted.json", state_store)
 
     # Nothing promoted yet: the base model is the baseline.
     assert registry.current() is None
@@ -208,7 +214,7 @@ def test_registry_starts_empty_and_records_promotions(tmp_path: Path) -> None:
     first = registry.promote(
         tmp_path / "ckpt-1", run_id="run-1", numbers={"difference": 0.1}, when=datetime(2026, 1, 2, tzinfo=UTC)
     )
-    second = registry.promote("ckpt-2", run_id="run-2", numbers={"difference": 0.05})
+    second = registry.promote("ckpt-2", run_id="run-2", numbers={"difference": 0.05, "tasks": 40})
 
     assert first.model == str(tmp_path / "ckpt-1") and first.baseline is None
     assert first.promoted_at == "2026-01-02T00:00:00+00:00"
@@ -216,10 +222,23 @@ def test_registry_starts_empty_and_records_promotions(tmp_path: Path) -> None:
     assert registry.current() == second
     assert registry.history() == [first, second]
     assert registry.baseline("base/model") == "ckpt-2"
-    # A fresh object reads the same file (the next run), and no temporary files are left beside it.
-    assert PromotionRegistry(registry.path).current() == second
-    assert sorted(p.name for p in registry.path.parent.iterdir()) == [".promoted.json.lock", "promoted.json"]
-    assert json.loads(registry.path.read_text())["format"] == 1
+    # A fresh object reads the same record (the next run).
+    assert PromotionRegistry(registry.path, state_store).current() == second
+
+
+def test_the_registry_file_is_one_json_record_with_its_lock_beside_it(tmp_path: Path) -> None:
+    registry = PromotionRegistry(tmp_path / "promoted.json")
+    entry = registry.promote("ckpt-1", run_id="run-1")
+    # No temporary files are left beside it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".promoted.json.lock", "promoted.json"]
+    data = json.loads(registry.path.read_text())
+    assert data["format"] == 1 and data["current"]["model"] == entry.model and len(data["history"]) == 1
+
+
+def test_in_the_database_the_registry_writes_no_file(tmp_path: Path, postgres_url) -> None:
+    registry = PromotionRegistry(tmp_path / "promoted.json", StateStore(fresh_database(postgres_url)))
+    registry.promote("ckpt-1", run_id="run-1")
+    assert list(tmp_path.iterdir()) == [] and registry.current().model == "ckpt-1"
 
 
 @pytest.mark.parametrize(
@@ -239,24 +258,24 @@ def test_registry_refuses_a_file_it_cannot_read(tmp_path: Path, content: str) ->
         PromotionRegistry(path).current()
 
 
-def test_registry_refuses_numbers_that_are_not_json(tmp_path: Path) -> None:
-    registry = PromotionRegistry(tmp_path / "promoted.json")
+def test_registry_refuses_numbers_that_are_not_json(tmp_path: Path, state_store) -> None:
+    registry = PromotionRegistry(tmp_path / "promoted.json", state_store)
 
     with pytest.raises(ValueError, match="not JSON compliant"):
         registry.promote("ckpt", numbers={"difference": float("nan")})
-    # The failed write left nothing behind (but its lock file): still no promotion.
-    assert registry.current() is None
-    assert [p.name for p in tmp_path.iterdir()] == [".promoted.json.lock"]
+    # The failed write left nothing behind (but the file backend's lock file): still no promotion.
+    assert registry.current() is None and registry.history() == []
+    assert [p.name for p in tmp_path.iterdir()] == ([] if state_store.in_database else [".promoted.json.lock"])
 
 
-def test_promotions_at_the_same_time_all_land_in_the_history(tmp_path: Path) -> None:
-    # Runs that overlap (threads here; processes take the same flock) each read, append and replace the record.
-    registry = PromotionRegistry(tmp_path / "promoted.json")
+def test_promotions_at_the_same_time_all_land_in_the_history(tmp_path: Path, state_store) -> None:
+    # Runs that overlap (threads here, processes below) each read, append and write the record.
+    registry = PromotionRegistry(tmp_path / "promoted.json", state_store)
     start = threading.Barrier(8)
 
     def promote(n: int) -> None:
         start.wait()
-        PromotionRegistry(registry.path).promote(f"ckpt-{n}", run_id=f"run-{n}")
+        PromotionRegistry(registry.path, state_store).promote(f"ckpt-{n}", run_id=f"run-{n}")
 
     threads = [threading.Thread(target=promote, args=(n,)) for n in range(8)]
     for thread in threads:
@@ -269,3 +288,48 @@ def test_promotions_at_the_same_time_all_land_in_the_history(tmp_path: Path) -> 
     # Each promotion's baseline is the one before it: one chain, no two read the same "current".
     assert [entry.baseline for entry in history] == [None, *(entry.model for entry in history[:-1])]
     assert registry.current() == history[-1]
+
+
+# Promotes `count` checkpoints named after argv[3] once the parent says go. argv: file, database URL ("" for files).
+PROMOTER = """
+import sys
+from core.state import StateStore
+from training.promotion import PromotionRegistry
+registry = PromotionRegistry(sys.argv[1], StateStore(sys.argv[2]))
+print("ready", flush=True)
+sys.stdin.readline()
+for n in range(int(sys.argv[4])):
+    registry.promote(f"{sys.argv[3]}-{n}", run_id=sys.argv[3], numbers={"n": n})
+"""
+
+
+def test_two_processes_promoting_at_once_lose_neither(tmp_path: Path, state_store) -> None:
+    # Without the run-level lock both read the same history: the file keeps one process's write, the table
+    # refuses the second row in the same place.
+    count, path = 15, tmp_path / "promoted.json"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROMOTER, str(path), state_store.database_url, name, str(count)],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("left", "right")
+    ]
+    for proc in procs:
+        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+
+    history = PromotionRegistry(path, state_store).history()
+    names = ("left", "right")
+    assert sorted(e.model for e in history) == sorted(f"{name}-{n}" for name in names for n in range(count))
+    assert [e.baseline for e in history] == [None, *(e.model for e in history[:-1])]  # one chain
+    for name in names:  # each process's promotions in the order it made them
+        assert [e.numbers["n"] for e in history if e.run_id == name] == list(range(count))
