@@ -13,6 +13,7 @@ RUN apt-get update \
 ENV PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu \
     PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \
+    MPLCONFIGDIR=/tmp/matplotlib \
     VENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 

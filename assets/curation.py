@@ -26,7 +26,6 @@ from curation.validity import (
     validity_rates,
 )
 from pipeline.resources import VALIDATION_CACHE_FOLDER, CurationPolicy, SeedRepository, StorageRoot
-from validators.cache_store import CacheStore
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, check_tasks
 
@@ -54,11 +53,11 @@ def check_shard(
     tasks = records_from_frame(shard[list(TASK_FIELDS)])
     # Verdicts of earlier nights by content (validators.tasks.verdict_key): only new or changed tasks are checked.
     # Shards share the cache: each commit merges what the others committed meanwhile (curation.shards).
-    cache = CacheStore.open(storage.path(VALIDATION_CACHE_FOLDER))
-    if cache.rebuilt:
-        context.log.warning(f"validation cache rebuilt from scratch: {cache.rebuild_reason}")
-    started = time.monotonic()
-    problems = check_tasks(tasks, seeds.verify_context(), workers=policy.shard_config().threads, cache=cache)
+    with storage.cache(VALIDATION_CACHE_FOLDER) as cache:
+        if cache.rebuilt:
+            context.log.warning(f"validation cache rebuilt from scratch: {cache.rebuild_reason}")
+        started = time.monotonic()
+        problems = check_tasks(tasks, seeds.verify_context(), workers=policy.shard_config().threads, cache=cache)
     stats: ShardStats = {
         "shard": int(context.get_mapping_key()),  # the shard index: validation_shards keys its outputs by it
         "tasks": len(tasks),
@@ -195,11 +194,11 @@ def deduplicated_tasks(
     judge rejected never makes a later near-copy a duplicate. Nothing is committed here.
     """
     config = policy.minhash_config()
-    index = policy.dedup_index(storage)
-    if index.rebuilt:
-        context.log.warning(f"dedup index rebuilt from scratch: {index.rebuild_reason}")
     tasks = records_from_frame(validated_tasks[list(TASK_FIELDS)])
-    labels = dedup_tasks(tasks, config, index)
+    with policy.dedup_index(storage) as index:  # read only: this step commits nothing
+        if index.rebuilt:
+            context.log.warning(f"dedup index rebuilt from scratch: {index.rebuild_reason}")
+        labels = dedup_tasks(tasks, config, index)
     labelled = validated_tasks[list(TASK_FIELDS)].assign(
         is_duplicate=[label.is_duplicate for label in labels],
         cluster_id=[label.cluster_id for label in labels],

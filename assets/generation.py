@@ -12,7 +12,6 @@ from generators.base import GenerationResult
 from generators.programmatic import generate_variants
 from generators.rewrite import rewrite_tasks
 from pipeline.resources import GENERATION_CACHE_FOLDER, LLMEndpoint, StorageRoot, VariantPlan
-from validators.cache_store import CacheStore
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
@@ -42,13 +41,15 @@ def task_variants(
 
     result = GenerationResult()
     # Outputs of earlier nights per parent (generators.programmatic.variants_key): an unchanged seed is not redone.
-    cache = CacheStore.open(storage.path(GENERATION_CACHE_FOLDER))
-    if cache.rebuilt:
-        context.log.warning(f"generation cache rebuilt from scratch: {cache.rebuild_reason}")
-    started = time.monotonic()
-    if plan.per_seed:
-        result.extend(generate_variants(parents, per_seed=plan.per_seed, random_seed=plan.random_seed, cache=cache))
-    programmatic_seconds = time.monotonic() - started
+    with storage.cache(GENERATION_CACHE_FOLDER) as cache:
+        if cache.rebuilt:
+            context.log.warning(f"generation cache rebuilt from scratch: {cache.rebuild_reason}")
+        started = time.monotonic()
+        if plan.per_seed:
+            result.extend(
+                generate_variants(parents, per_seed=plan.per_seed, random_seed=plan.random_seed, cache=cache)
+            )
+        programmatic_seconds = time.monotonic() - started
     llm_stats: dict[str, float] = {}
     if plan.rewrite_kinds and plan.rewrites_per_kind:
         client = llm.client()

@@ -31,15 +31,13 @@ from judge import (
 )
 from judge import check as check_calibration
 from judge.rubric import SCORES
-from pipeline.resources import JudgePolicy, LLMEndpoint, SeedRepository
+from pipeline.resources import JUDGE_HISTORY_FOLDER, JudgePolicy, LLMEndpoint, SeedRepository, StorageRoot
 from validators.seeds import AUDIT_DIR
 from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
 WORST_ROWS = 10
 CALIBRATION_NUMBERS = ("accuracy", "kappa", "false_accept_rate", "false_reject_rate")
-# Under the LLM cache folder: which judge setup the cached labels came from (judge.history).
-HISTORY_DIR = "judge_history"
 
 
 def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
@@ -104,7 +102,11 @@ def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
 
 @dg.asset(group_name=groups.JUDGING, deps=["judge_calibration"])
 def judged_tasks(
-    context: dg.AssetExecutionContext, deduplicated_tasks: pd.DataFrame, llm: LLMEndpoint, judge: JudgePolicy
+    context: dg.AssetExecutionContext,
+    deduplicated_tasks: pd.DataFrame,
+    llm: LLMEndpoint,
+    judge: JudgePolicy,
+    storage: StorageRoot,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """Non-duplicate tasks labelled by the LLM judge (`judge_verdict`: accept, reject, judge_error, not_judged)."""
     kept = deduplicated_tasks[~deduplicated_tasks["is_duplicate"].astype(bool)].reset_index(drop=True)
@@ -117,13 +119,15 @@ def judged_tasks(
         params=LABEL_PARAMS,
         progress=progress_logger(context, "judged"),
     )
-    history = Path(llm.cache_dir) / HISTORY_DIR / "judged_tasks.json"
-    rejudged = _rejudged(context, history, run.setup)
     rows = label_rows([task["task_id"] for task in tasks], run.judgments)
     labelled = pd.concat([kept[list(TASK_FIELDS)], pd.DataFrame(rows, columns=LABEL_COLUMNS)], axis=1)
     counts = score_counts(run.judgments, DEFAULT_RUBRIC)
     lowest = lowest_score_counts(run.judgments, {t["task_id"]: t["family"] for t in tasks})
-    save_setup(history, run.setup)  # only once the run succeeded: a failed run leaves the previous record
+    # Which judge setup the labels came from, kept beside the storage root's other side state (judge.history).
+    with storage.folder(JUDGE_HISTORY_FOLDER) as folder:
+        history = folder / "judged_tasks.json"
+        rejudged = _rejudged(context, history, run.setup)
+        save_setup(history, run.setup)  # only once the run succeeded: a failed run leaves the previous record
     return dg.MaterializeResult(
         value=labelled,
         metadata={

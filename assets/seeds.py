@@ -6,7 +6,6 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, preview, task_preview
 from pipeline.resources import VALIDATION_CACHE_FOLDER, SeedRepository, StorageRoot
-from validators.cache_store import CacheStore
 from validators.tables import frame_from_records
 from validators.tasks import TASK_FIELDS
 
@@ -23,10 +22,10 @@ REJECT_COLUMNS = ("origin", "task_id", "reason_code", "reason", "record")
 def seed_tasks(context: dg.AssetExecutionContext, seeds: SeedRepository, storage: StorageRoot):
     """Load the seed files under version control and split them into valid tasks and rejects."""
     # The same verdict cache as validated_tasks: a seed unchanged since an earlier night is not checked again.
-    cache = CacheStore.open(storage.path(VALIDATION_CACHE_FOLDER))
-    if cache.rebuilt:
-        context.log.warning(f"validation cache rebuilt from scratch: {cache.rebuild_reason}")
-    seed_set = seeds.load(cache)
+    with storage.cache(VALIDATION_CACHE_FOLDER) as cache:
+        if cache.rebuilt:
+            context.log.warning(f"validation cache rebuilt from scratch: {cache.rebuild_reason}")
+        seed_set = seeds.load(cache)
     tasks = frame_from_records(seed_set.tasks, columns=(*TASK_FIELDS, "origin"))
     rejects = frame_from_records(seed_set.rejects, columns=REJECT_COLUMNS)
     for problem in seed_set.problems:

@@ -9,7 +9,7 @@ from curation.curate import index_tasks, task_text
 from curation.dedup import near_duplicate_pairs
 from curation.manifests import checkpoint_leaks, trained_tasks
 from curation.splits import lineage_leaks
-from pipeline.resources import CHECKPOINTS_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
+from pipeline.resources import CHECKPOINTS_FOLDER, EXPORT_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
 from validators.export import export_split
 from validators.tables import records_from_frame
 
@@ -44,8 +44,8 @@ def split_tasks(
     for note in entry.notes:
         context.log.warning(f"split: {note}")
     plan, state = entry.plan, entry.state
-    index = policy.dedup_index(storage)
-    added = index_tasks(records_from_frame(kept), index)  # a rerun after a crash finds them known: idempotent
+    with policy.dedup_index(storage) as index:
+        added = index_tasks(records_from_frame(kept), index)  # a rerun after a crash finds them known: idempotent
     sides = pd.Series(plan.splits, index=kept.index)
     split_numbers = {
         "split_plan": state.seq,
@@ -56,9 +56,10 @@ def split_tasks(
         "dedup_index_rows_added": added,
         "dedup_index_rows": len(index),
     }
-    for name in ("train", "eval"):
-        part = kept[sides == name].reset_index(drop=True)
-        exported = export_split(part, storage.path("export"), name)
+    parts = {name: kept[sides == name].reset_index(drop=True) for name in ("train", "eval")}
+    with storage.folder(EXPORT_FOLDER) as folder:
+        exported = {name: export_split(part, folder, name) for name, part in parts.items()}
+    for name, part in parts.items():
         summary_columns = ["source", *policy.stratify_by, "roots", f"{name}_roots", f"{name}_tasks"]
         yield dg.Output(
             part,
@@ -69,8 +70,8 @@ def split_tasks(
                 **split_numbers,
                 "families": count_table(part["family"], "family"),
                 "strata": dg.MetadataValue.md(markdown_table(plan.summary, summary_columns)),
-                "export_parquet": dg.MetadataValue.path(str(exported.parquet)),
-                "export_jsonl": dg.MetadataValue.path(str(exported.jsonl)),
+                "export_parquet": dg.MetadataValue.path(storage.location(EXPORT_FOLDER, exported[name].parquet.name)),
+                "export_jsonl": dg.MetadataValue.path(storage.location(EXPORT_FOLDER, exported[name].jsonl.name)),
                 "preview": task_preview(part),
             },
         )
@@ -104,7 +105,8 @@ def no_eval_contamination(
     leaks = lineage_leaks(train, evaluation)
     texts = [task_text(t) for t in train], [task_text(t) for t in evaluation]
     near = near_duplicate_pairs(*texts, config)
-    trained = trained_tasks(storage.path(CHECKPOINTS_FOLDER))
+    with storage.folder(CHECKPOINTS_FOLDER) as folder:  # the manifests and task lists, not the weights
+        trained = trained_tasks(folder)
     earlier = checkpoint_leaks(evaluation, trained, config)
     offenders = [
         *({"train": leak["train_task_id"], "eval": leak["eval_task_id"], "why": "shared lineage"} for leak in leaks),

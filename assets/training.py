@@ -24,7 +24,7 @@ from assets.plots import bar_chart, line_chart
 from curation.manifests import CheckpointManifest, write_manifest
 from curation.splits import first_per_family
 from llm import tether
-from pipeline.resources import CHECKPOINTS_FOLDER, SeedRepository, StorageRoot, TrainingPolicy
+from pipeline.resources import CHECKPOINTS_FOLDER, EXPORT_FOLDER, SeedRepository, StorageRoot, TrainingPolicy
 from training.difficulty import difficulty_label, in_grpo_set, rollouts_by_task, solved_counts
 from training.evaluation import sample_and_score
 from training.grpo import reward_spread
@@ -365,7 +365,7 @@ def preference_pairs(
             max_pairs_per_task=config.max_pairs_per_task,
         ),
     }
-    exported = {split: export_pairs(part.pairs, storage.path("export"), split) for split, part in built.items()}
+    exported = {split: export_pairs(part.pairs, storage.path(EXPORT_FOLDER), split) for split, part in built.items()}
     pairs = frame_from_records([pair for part in built.values() for pair in part.pairs], PAIR_COLUMNS)
     counts = pairs.groupby(["split", "source", "family"]).agg(pairs=("task_id", "size"), tasks=("task_id", "nunique"))
     outcomes = [

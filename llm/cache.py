@@ -48,7 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core.database import connect, create_tables, is_postgres_url, redact_url
+from core.database import DATABASE_URL_ENV, connect, create_tables, is_postgres_url, redact_url
 from llm.types import ChatRequest, EndpointConfig, canonical_encode, shared_json
 
 KEY_FORMAT = 2
@@ -291,7 +291,8 @@ class LLMCache:
         elif "://" in text:
             raise ValueError(
                 f"LLMCache needs a local folder or a postgresql:// URL, got {redact_url(text)!r}: an object store "
-                "cannot hold its database"
+                f"cannot hold its database; with the storage root on one, set {DATABASE_URL_ENV} (the cache lives "
+                "there then)"
             )
         else:
             self._store = _SQLiteStore(Path(location))

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import dagster as dg
+from upath import UPath
 
 from core.database import DATABASE_URL_ENV, connect
 from core.state import file_lock
@@ -48,10 +49,37 @@ storage:
 """
 
 
+# With the storage root on S3, steps' stdout and stderr go beside it (dagster-aws, the s3 extra), where the UI of
+# any machine reads them, instead of files under the Dagster home of the machine that ran the step.
+S3_COMPUTE_LOGS_YAML = """\
+compute_logs:
+  module: dagster_aws.s3.compute_log_manager
+  class: S3ComputeLogManager
+  config:
+    bucket: {bucket}
+    prefix: {prefix}
+"""
+
+
 def instance_yaml(settings: Settings) -> str:
-    """The dagster.yaml `settings` call for: the run queue and pools, and the storage (local SQLite files under
-    the Dagster home, or the production database)."""
+    """The dagster.yaml `settings` call for: the run queue and pools, the storage (local SQLite files under the
+    Dagster home, or the production database) and, with the storage root on S3, the compute logs beside it.
+
+    Example:
+        >>> from pipeline.settings import Settings
+        >>> print(instance_yaml(Settings.from_env({"SEEDWHEEL_HOME": "s3://bucket/seedwheel"})).split("compute_logs:")[1])
+        <BLANKLINE>
+          module: dagster_aws.s3.compute_log_manager
+          class: S3ComputeLogManager
+          config:
+            bucket: bucket
+            prefix: seedwheel/compute_logs
+        <BLANKLINE>
+    """
     storage = POSTGRES_STORAGE_YAML if settings.database_url else ""
+    if isinstance(settings.home, UPath) and settings.home.protocol in ("s3", "s3a"):
+        bucket, _, prefix = settings.home.path.partition("/")
+        storage += S3_COMPUTE_LOGS_YAML.format(bucket=bucket, prefix="/".join(filter(None, [prefix, "compute_logs"])))
     return GENERATED + INSTANCE_YAML + storage
 
 

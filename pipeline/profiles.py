@@ -8,8 +8,10 @@ profile does not name is the resource's default, which is the library's (`pipeli
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypedDict
 
 import dagster as dg
@@ -169,7 +171,12 @@ def _endpoint(settings: Settings) -> _EndpointFields:
         "model": settings.llm_model,
         "cache_dir": str(settings.home / "llm_cache"),
         "models_dir": str(settings.models_dir),
-        "log_dir": str(settings.home / "local_model" / "logs"),
+        # A local server's logs stay on this machine: under a local root, else in the temporary folder.
+        "log_dir": str(
+            settings.home / "local_model" / "logs"
+            if isinstance(settings.home, Path)
+            else Path(tempfile.gettempdir()) / "seedwheel-local-model-logs"
+        ),
     }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from urllib.parse import urlparse
@@ -23,6 +23,8 @@ from pydantic import Field, PrivateAttr
 from upath import UPath
 
 from core.database import DATABASE_URL_ENV, database_url
+from core.errors import SeedwheelError
+from core.folders import is_remote, working_copy
 from core.state import StateStore
 from curation.dedup import DedupIndex, MinHashConfig
 from curation.shards import ShardConfig
@@ -51,6 +53,8 @@ SPLITS_FOLDER = "splits"  # the split ledger: every lineage root's side, append-
 DEDUP_INDEX_FOLDER = "dedup_index"  # the accepted tasks of earlier runs, one folder per MinHash config
 CHECKPOINTS_FOLDER = "checkpoints"  # one manifest per trained checkpoint (curation.manifests)
 VALIDATION_CACHE_FOLDER = "validation_cache"  # verdicts by content (validators.tasks.verdict_key)
+EXPORT_FOLDER = "export"  # the splits (and preference pairs) as Parquet + JSONL for TRL (validators.export)
+JUDGE_HISTORY_FOLDER = "judge_history"  # the judge's setup per asset: its model, prompt and rubric (judge.history)
 GENERATION_CACHE_FOLDER = "generation_cache"  # programmatic outputs per parent (generators.programmatic.variants_key)
 
 # Which judged tasks the splits keep: the judge's accepted ones, or all of them (labels shown, not used).
@@ -142,36 +146,91 @@ PROMOTION_FIELDS = Mirror(
 DEFAULT_MIN_REFERENCE_CORRECTNESS: int = AcceptanceRule().minimum("reference_correctness")
 
 
+class StorageError(SeedwheelError, ValueError):
+    """The storage root cannot hold what a step asks of it (an object store without the database, a file system
+    path on an object store)."""
+
+
 class StorageRoot(dg.ConfigurableResource):
     """The storage root, for the data assets keep beside their tables (indexes, exports, caches): the table
-    storage's root (`pipeline.storage.TableStorage`)."""
+    storage's root (`pipeline.storage.TableStorage`), a local folder or an object-store URL (`s3://bucket/prefix`).
+
+    Side-state folders are read and written through `folder()`: the folder itself when local, a working copy
+    committed back by manifest on an object store (`core.folders`).
+    """
 
     root: str
     # The production database (core.database): when the variable is set, the split ledger, the promotion record
     # and the run-level locks live there (`state()`); its URL holds a password, so only the name is configuration.
     database_url_env: str = DATABASE_URL_ENV
 
+    @property
+    def remote(self) -> bool:
+        """Whether the root is an object store."""
+        return is_remote(self.root)
+
     def path(self, *parts: str) -> Path:
+        """A path under a local root, for what needs a file system (training's run folders and checkpoints)."""
+        if self.remote:
+            raise StorageError(
+                f"{'/'.join(parts)} needs a file system, and the storage root {self.root} is an object store",
+                hint="training reads and writes a local storage root (a volume its pods mount); keep SEEDWHEEL_HOME "
+                "a path for the training job",
+            )
         return Path(self.root, *parts)
+
+    def folder(self, *parts: str) -> AbstractContextManager[Path]:
+        """The side-state folder `<root>/<parts>` as a local folder for the block: itself on a local root; on an
+        object store a working copy, committed (by manifest) when the block succeeds (`core.folders`)."""
+        return working_copy(self.location(*parts) if self.remote else self.path(*parts))
+
+    @contextmanager
+    def cache(self, *parts: str) -> Iterator[CacheStore]:
+        """The content-keyed cache in folder `<root>/<parts>` (`validators.cache_store`), through `folder()`."""
+        with self.folder(*parts) as folder:
+            yield CacheStore.open(folder)
+
+    def location(self, *parts: str) -> str:
+        """Where `<root>/<parts>` is, as a person reads it: a path, or a URL on an object store."""
+        return "/".join([self.root.rstrip("/"), *parts])
 
     def state(self) -> StateStore:
         """Where the records overlapping runs share live and how they take turns (`core.state`): the database the
-        variable names when it is set (read now, never at import), else files under the root and `flock`."""
-        return StateStore.from_env(variable=self.database_url_env)
+        variable names when it is set (read now, never at import), else files under the root and `flock`.
+
+        Raises:
+            StorageError: the root is an object store and no database is set (it has no locks to take turns by).
+        """
+        store = StateStore.from_env(variable=self.database_url_env)
+        if self.remote and not store.in_database:
+            raise StorageError(
+                f"the storage root {self.root} is an object store, which cannot hold the split ledger, the promotion "
+                "record or run-level locks",
+                hint=f"set {self.database_url_env}=postgresql://user:password@host/db (they live there then)",
+            )
+        return store
 
     def split_ledger(self) -> SplitLedger:
         """The split ledger: `<root>/splits/`, or its tables in the database (`state()`)."""
-        return SplitLedger(self.path(SPLITS_FOLDER), self.state())
+        store = self.state()  # on an object store always the database, whose tables leave the folder unused
+        return SplitLedger(Path(self.root, SPLITS_FOLDER), store)
 
     def remove_step_outputs(self, run_id: str, graph: str) -> None:
         """Delete the outputs the ops of graph-backed asset `graph` stored in run `run_id`, once the asset's own
         tables are stored: they are that run's scratch, and would otherwise pile up night after night. A run
         that fails before keeps them, for a re-execution from the failed step."""
-        run = self.path(STEP_OUTPUTS_FOLDER, run_id)
-        for step in run.glob(f"{graph}.*"):  # step keys are `<graph>.<op>` or `<graph>.<op>[<mapping key>]`
+        prefix = f"{graph}."  # step keys are `<graph>.<op>` or `<graph>.<op>[<mapping key>]`
+        if self.remote:  # objects, no folders: delete the step outputs' files
+            run = UPath(self.location(STEP_OUTPUTS_FOLDER, run_id))
+            files = [f for f in run.fs.find(run.path) if f[len(run.path) :].lstrip("/").startswith(prefix)]
+            if files:
+                run.fs.rm(files)
+            return
+        folder = self.path(STEP_OUTPUTS_FOLDER, run_id)
+        for step in folder.glob(f"{prefix}*"):
             shutil.rmtree(step)
-        if run.is_dir() and not any(run.iterdir()):
-            run.rmdir()
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 class SeedRepository(dg.ConfigurableResource):
@@ -320,16 +379,15 @@ class CurationPolicy(dg.ConfigurableResource):
     def minhash_config(self) -> MinHashConfig:
         return MINHASH_FIELDS.build(self)
 
-    def dedup_index(self, storage: StorageRoot) -> DedupIndex:
-        """The persisted dedup index of this config (`<root>/dedup_index/<config name>/`), with its LSH storage and
-        the storage's run-level lock (`StorageRoot.state()`): every opener takes the same lock."""
+    @contextmanager
+    def dedup_index(self, storage: StorageRoot) -> Iterator[DedupIndex]:
+        """The persisted dedup index of this config (`<root>/dedup_index/<config name>/`, through `storage.folder`)
+        for the block, with its LSH storage and the storage's run-level lock (`StorageRoot.state()`): every opener
+        takes the same lock. On an object store, what the block commits is committed back when it ends."""
         config = self.minhash_config()
-        return DedupIndex.open(
-            storage.path(DEDUP_INDEX_FOLDER) / config.name,
-            config,
-            storage_config=self.lsh_storage(),
-            store=storage.state(),
-        )
+        store = storage.state()
+        with storage.folder(DEDUP_INDEX_FOLDER, config.name) as folder:
+            yield DedupIndex.open(folder, config, storage_config=self.lsh_storage(), store=store)
 
     def shard_config(self) -> ShardConfig:
         return SHARD_FIELDS.build(self)

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Literal, TypeGuard, get_args
 from urllib.parse import urlsplit
 
+from upath import UPath
+
 from core.database import DATABASE_URL_ENV, database_url, redact_url
+from core.folders import is_remote
 
 # Where runs send their steps when set (Celery over Redis); the URL may hold a password, so Dagster's run config
 # names the variable, never its value.
@@ -40,7 +43,8 @@ class Settings:
 
     Attributes:
         profile: `quickstart` (CPU, offline, the bundled small model) or `production` (real endpoints and models).
-        home: the storage root; assets land at `<home>/<asset>.parquet`.
+        home: the storage root; assets land at `<home>/<asset>.parquet`. A local folder, or an object-store URL
+            (`s3://bucket/prefix`, `storage_root`).
         seeds_dir: the curated seed sets (`seeds/<family>/...`).
         dagster_home: the persistent Dagster instance that records runs (beside the storage root by default).
         verifier_plugins: user verifiers to register, as `package.module:ClassName` dotted paths.
@@ -64,7 +68,7 @@ class Settings:
     """
 
     profile: Profile
-    home: Path
+    home: Path | UPath
     seeds_dir: Path
     dagster_home: Path
     verifier_plugins: tuple[str, ...] = ()
@@ -91,11 +95,12 @@ class Settings:
         profile = str(given.get("profile") or environ.get("SEEDWHEEL_PROFILE") or "quickstart")
         if not _is_profile(profile):
             raise ValueError(f"unknown profile '{profile}': use one of {', '.join(PROFILES)} (SEEDWHEEL_PROFILE)")
-        home = Path(given.get("home") or environ.get("SEEDWHEEL_HOME") or ".seedwheel").resolve()
+        home = storage_root(str(given.get("home") or environ.get("SEEDWHEEL_HOME") or ".seedwheel"))
         seeds_dir = Path(given.get("seeds_dir") or environ.get("SEEDWHEEL_SEEDS") or "seeds").resolve()
-        dagster_home = Path(
-            given.get("dagster_home") or environ.get("DAGSTER_HOME") or home.with_name(f"{home.name}-dagster")
-        ).resolve()
+        # Beside a local storage root by default; the instance's dagster.yaml is a local file even when the storage
+        # root is an object store (its runs are then in the database).
+        beside = home.with_name(f"{home.name}-dagster") if isinstance(home, Path) else ".seedwheel-dagster"
+        dagster_home = Path(given.get("dagster_home") or environ.get("DAGSTER_HOME") or beside).resolve()
         plugins = tuple(p.strip() for p in environ.get("SEEDWHEEL_VERIFIERS", "").split(",") if p.strip())
         llm_base_url = environ.get("SEEDWHEEL_LLM_BASE_URL", "")
         llm_model = environ.get("SEEDWHEEL_LLM_MODEL", "" if profile == "quickstart" else DEFAULT_PRODUCTION_MODEL)
@@ -165,6 +170,19 @@ class Settings:
 
         for dotted_path in self.verifier_plugins:
             load_verifier(dotted_path)
+
+
+def storage_root(location: str) -> Path | UPath:
+    """The storage root `location` names: a local folder as an absolute path, an object-store URL as a `UPath`
+    (tables are single objects there, side state folders committed by manifest: `core.folders`).
+
+    Example:
+        >>> str(storage_root("s3://bucket/seedwheel") / "seed_tasks.parquet")
+        's3://bucket/seedwheel/seed_tasks.parquet'
+    """
+    if is_remote(location):
+        return UPath(location)
+    return Path(location.removeprefix("file://")).resolve()
 
 
 def _is_profile(name: str) -> TypeGuard[Profile]:

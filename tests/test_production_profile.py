@@ -13,9 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+import pandas as pd
 import psycopg2
 import pytest
+from upath import UPath
 
+from llm.serving import ModelServer
 from pipeline.instance import open_instance
 from pipeline.runs import materialize
 from pipeline.settings import Settings
@@ -80,3 +83,57 @@ def test_the_regeneration_runs_its_steps_on_two_celery_workers_over_postgres(tmp
         cursor.execute("SELECT count(*) FROM responses")
         assert cursor.fetchone()[0] > 0
     assert not list((tmp_path / "dagster").glob("**/*.db")) and not list((tmp_path / "home").glob("**/*.sqlite3"))
+
+
+def test_the_regeneration_on_object_storage_writes_nothing_to_the_local_disk(
+    tmp_path, postgres_url, s3_bucket, real_model_dir
+):
+    """SEEDWHEEL_HOME on S3 (moto), the instance, LLM cache, ledger and locks in PostgreSQL, the model served
+    apart (as vLLM would be): `seedwheel run` leaves only the instance's config on this machine."""
+    home = f"s3://{s3_bucket}/seedwheel"
+    database = fresh_database(postgres_url)
+    seeds = copy_seeds(tmp_path / "seeds", ["arithmetic"], audit=["arithmetic"])
+    watched = {name: tmp_path / name for name in ("cwd", "user", "dagster")}  # what a run could litter
+    for folder in (*watched.values(), tmp_path / "tmp", tmp_path / "server"):
+        folder.mkdir()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with ModelServer(real_model_dir, log_dir=tmp_path / "server", extra_args=["--threads", "2"]) as server:
+        env = {
+            **os.environ,  # the AWS_* variables of the test's S3 server among them
+            "SEEDWHEEL_HOME": home,
+            "SEEDWHEEL_DATABASE_URL": database,
+            "SEEDWHEEL_SEEDS": str(seeds),
+            "SEEDWHEEL_LLM_BASE_URL": server.base_url,
+            "SEEDWHEEL_LLM_MODEL": server.model,
+            "DAGSTER_HOME": str(watched["dagster"]),
+            "HOME": str(watched["user"]),
+            "XDG_CACHE_HOME": str(watched["user"] / ".cache"),
+            "TMPDIR": str(tmp_path / "tmp"),
+            "MPLCONFIGDIR": str(tmp_path / "tmp" / "matplotlib"),  # as the Dockerfile sets it: a font cache
+        }
+        result = subprocess.run(
+            [SEEDWHEEL, "run", "--select", REGENERATION],
+            cwd=watched["cwd"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+
+    # On this machine: the instance's config (its runs are in the database), the temporary folder, nothing else
+    # (the model server's logs are the served model's, a service apart, as vLLM would be).
+    written = sorted(
+        p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.relative_to(tmp_path).parts[0] in watched
+    )
+    new = {str(p) for p in written if p not in before}
+    assert new <= {"dagster/dagster.yaml", "dagster/.instance.lock"}, sorted(new)
+
+    # In the bucket: the tables, and each side-state folder as committed objects and a manifest.
+    remote = UPath(home)
+    assert len(pd.read_parquet(str(remote / "train_tasks.parquet"))) > 0
+    for folder in ("validation_cache", "generation_cache", "dedup_index", "export", "judge_history"):
+        assert list((remote / folder).rglob("manifests/*.json")), folder
+    with psycopg2.connect(database) as db, db.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM split_ledger")
+        assert cursor.fetchone()[0] > 0

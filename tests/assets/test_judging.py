@@ -62,7 +62,7 @@ def test_metadata_says_first_run_unchanged_or_what_changed(settings, judge_serve
 
 def test_an_unreadable_history_is_reported_not_fatal(settings, judge_server, planted):
     settings = dataclasses.replace(settings, llm_base_url=judge_server.base_url, llm_model="judge-a")
-    history = settings.home / "llm_cache" / "judge_history" / "judged_tasks.json"
+    history = settings.home / "judge_history" / "judged_tasks.json"
     history.parent.mkdir(parents=True)
     history.write_text("{not json")
     metadata = judged_metadata(settings)

@@ -3,11 +3,12 @@ promotion record and the run-level locks are in PostgreSQL (the dedup index's fi
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from curation.splits import SplitConfig
 from pipeline.cli import main
-from pipeline.resources import CurationPolicy, PromotionGate, StorageRoot
+from pipeline.resources import CurationPolicy, PromotionGate, StorageError, StorageRoot
 from tests.curation.test_splits import seeds
 from tests.services import fresh_database
 
@@ -19,9 +20,9 @@ def record_everything(home: Path) -> StorageRoot:
     storage = StorageRoot(root=str(home))
     storage.split_ledger().assign(seeds("a", 10), CONFIG, run_id="run-1")
     PromotionGate(registry_path=str(home / "promotion" / "promoted.json")).registry(storage.state()).promote("ckpt-1")
-    index = CurationPolicy().dedup_index(storage)
-    index.stage_texts(["task-1"], ["What is the sum of 2 and 3? Answer with a number."])
-    assert index.commit() == 1
+    with CurationPolicy().dedup_index(storage) as index:
+        index.stage_texts(["task-1"], ["What is the sum of 2 and 3? Answer with a number."])
+        assert index.commit() == 1
     return storage
 
 
@@ -52,3 +53,14 @@ def test_without_the_variable_everything_stays_in_files_under_the_root(tmp_path)
     assert (home / "promotion" / "promoted.json").exists()
     [index_folder] = (home / "dedup_index").iterdir()
     assert (index_folder / ".lock").exists() and (index_folder / "manifest.json").exists()
+
+
+def test_an_object_store_root_needs_the_database_and_keeps_training_on_a_file_system(monkeypatch):
+    monkeypatch.delenv("SEEDWHEEL_DATABASE_URL", raising=False)
+    storage = StorageRoot(root="s3://bucket/seedwheel")
+    with pytest.raises(StorageError, match=r"s3://bucket/seedwheel is an object store") as caught:
+        storage.split_ledger()
+    assert "SEEDWHEEL_DATABASE_URL=postgresql://" in caught.value.hint
+    with pytest.raises(StorageError, match="checkpoints needs a file system"):
+        storage.path("checkpoints")
+    assert storage.location("export", "train.jsonl") == "s3://bucket/seedwheel/export/train.jsonl"
