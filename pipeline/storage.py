@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 from upath import UPath
 
@@ -32,11 +33,7 @@ class ParquetTableIOManager(dg.UPathIOManager):
                 f"asset {context.asset_key.to_user_string()}" if context.has_asset_key else f"step {context.step_key}"
             )
             raise TypeError(f"{what} returned {type(obj).__name__}; the table storage writes DataFrames")
-        if is_local(path):
-            write_table(obj, Path(path.path))
-        else:  # object stores replace an object in one PUT, so a plain write is already atomic
-            with path.open("wb") as handle:
-                pq.write_table(to_arrow(obj), handle)
+        store_table(obj, path)
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
         if is_local(path):
@@ -49,6 +46,22 @@ class ParquetTableIOManager(dg.UPathIOManager):
 
     def get_metadata(self, context: dg.OutputContext, obj: pd.DataFrame) -> dict[str, dg.MetadataValue]:
         return {"dagster/row_count": dg.MetadataValue.int(len(obj))}
+
+
+def store_table(frame: pd.DataFrame, path: UPath) -> None:
+    """Write `frame` as Parquet at `path` so that readers see the previous table or the whole new one, never part.
+
+    Locally a temporary file renamed into place (`validators.tables.write_table`). On an object store the file is
+    built in memory and sent in one request (a multipart upload above 100 MB, which the store makes visible only
+    once complete): a write that fails or is killed leaves the previous object. Not a streamed write: fsspec's
+    file objects upload what they hold when closed, also when closed by an exception.
+    """
+    if is_local(path):
+        write_table(frame, Path(path.path))
+        return
+    sink = pa.BufferOutputStream()
+    pq.write_table(to_arrow(frame), sink)
+    path.fs.pipe_file(path.path, sink.getvalue().to_pybytes())
 
 
 def is_local(path: UPath) -> bool:
