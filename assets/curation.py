@@ -52,10 +52,10 @@ def check_shard(
     """One shard's checks: schema, id hash, verifier params, reference passes, a wrong answer fails."""
     tasks = records_from_frame(shard[list(TASK_FIELDS)])
     # Verdicts of earlier nights by content (validators.tasks.verdict_key): only new or changed tasks are checked.
-    # Shards share the cache: each commit merges what the others committed meanwhile (curation.shards).
+    # Shards share the cache: each commit adds a segment of its own (validators.cache_store).
     with storage.cache(VALIDATION_CACHE_FOLDER) as cache:
         if cache.rebuilt:
-            context.log.warning(f"validation cache rebuilt from scratch: {cache.rebuild_reason}")
+            context.log.warning(f"validation cache partly recomputed: {cache.rebuild_reason}")
         started = time.monotonic()
         problems = check_tasks(tasks, seeds.verify_context(), workers=policy.shard_config().threads, cache=cache)
     stats: ShardStats = {

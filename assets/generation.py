@@ -43,7 +43,7 @@ def task_variants(
     # Outputs of earlier nights per parent (generators.programmatic.variants_key): an unchanged seed is not redone.
     with storage.cache(GENERATION_CACHE_FOLDER) as cache:
         if cache.rebuilt:
-            context.log.warning(f"generation cache rebuilt from scratch: {cache.rebuild_reason}")
+            context.log.warning(f"generation cache partly recomputed: {cache.rebuild_reason}")
         started = time.monotonic()
         if plan.per_seed:
             result.extend(

@@ -24,7 +24,7 @@ def seed_tasks(context: dg.AssetExecutionContext, seeds: SeedRepository, storage
     # The same verdict cache as validated_tasks: a seed unchanged since an earlier night is not checked again.
     with storage.cache(VALIDATION_CACHE_FOLDER) as cache:
         if cache.rebuilt:
-            context.log.warning(f"validation cache rebuilt from scratch: {cache.rebuild_reason}")
+            context.log.warning(f"validation cache partly recomputed: {cache.rebuild_reason}")
         seed_set = seeds.load(cache)
     tasks = frame_from_records(seed_set.tasks, columns=(*TASK_FIELDS, "origin"))
     rejects = frame_from_records(seed_set.rejects, columns=REJECT_COLUMNS)

@@ -51,7 +51,7 @@ from generators.programmatic import (  # noqa: E402
     generate_variants,
     programmatic_generators,
 )
-from validators.cache_store import ENTRIES, CacheStore  # noqa: E402
+from validators.cache_store import CacheStore  # noqa: E402
 from validators.registry import VerifyContext  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
 from validators.tasks import check_tasks  # noqa: E402
@@ -186,7 +186,9 @@ def main() -> int:
         root = Path(tmp) / "storage"
         first = night(base, root, context, args.per_seed)
         second = night(grown, root, context, args.per_seed)
-        cache_bytes = {f"{name}_bytes": (root / name / ENTRIES).stat().st_size for name in CACHES}
+        cache_bytes = {
+            f"{name}_bytes": sum(p.stat().st_size for p in (root / name).rglob("*.jsonl")) for name in CACHES
+        }
 
     families = Counter(t["family"] for t in grown)
     print(f"corpus: {len(grown)} seeds ({', '.join(f'{f} {n}' for f, n in sorted(families.items()))}); ", end="")

@@ -9,8 +9,8 @@ that run side by side (a multiprocess, Celery or Kubernetes executor), and their
 - **Lossless**: `merge_verdicts` puts every task's problems back at its input position and refuses a merge where
   a position is missing, repeated, or holds another task than the one checked (the inputs changed under the run).
 
-The verdict cache (`validators.cache_store.CacheStore`) is shared by the shards: a commit holds a file lock and
-writes the union with what other shards committed meanwhile, so steps in separate processes never lose entries.
+The verdict cache (`validators.cache_store.CacheStore`) is shared by the shards: each commit adds a segment of its
+own, so steps in separate processes (or working copies of an object-store folder) never lose entries.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import pytest
 import validators.tasks
 from generators.programmatic import SqlLiteralSwap, generate_variants
 from tests.paths import SEEDS
-from validators.cache_store import ENTRIES, CacheStore
+from validators.cache_store import SEGMENTS, CacheStore
 from validators.registry import REGISTRY, Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds
 from validators.tasks import check_tasks, compute_task_id, verdict_key
@@ -172,19 +172,20 @@ def test_records_that_cannot_be_keyed_are_checked_every_time(tmp_path, counting)
         lambda data: data.replace(b'"format": 1', b'"format": 99', 1),  # another format
     ],
 )
-def test_a_damaged_cache_file_is_detected_and_rebuilt(tmp_path, counting, caplog, damage):
+def test_a_damaged_cache_segment_is_detected_and_rebuilt(tmp_path, counting, caplog, damage):
     tasks = [task(str(n)) for n in range(10)]
     validate(tasks, tmp_path)
-    path = tmp_path / ENTRIES
+    (path,) = (tmp_path / SEGMENTS).glob("*.jsonl")  # the first night's one commit
     path.write_bytes(damage(path.read_bytes()))
     counting.clear()
     with caplog.at_level(logging.WARNING, logger="validators.cache_store"):
         problems, cache = validate(tasks, tmp_path)
     assert cache.rebuilt and cache.rebuild_reason
     assert any("is damaged" in r.getMessage() and "rebuilt" in r.getMessage() for r in caplog.records)
-    assert sum(counting.values()) == 20  # nothing was trusted: every task checked again
+    assert sum(counting.values()) == 20  # nothing in the damaged segment was trusted: every task checked again
     assert problems == [[]] * 10
-    reopened = CacheStore.open(tmp_path)  # the rewritten file is sound and complete
+    assert not path.exists()  # deleted by the commit, which wrote the verdicts again as a new segment
+    reopened = CacheStore.open(tmp_path)  # sound and complete
     assert not reopened.rebuilt and len(reopened) == 10
 
 
