@@ -41,7 +41,6 @@ OBJECTS = "objects"
 MANIFESTS = "manifests"
 # Commits that lose the race this many times in a row give up (each loss means another commit went through).
 MAX_ATTEMPTS = 50
-_CHUNK = 1 << 20
 
 
 class StoreUnavailable(SeedwheelError, OSError):
@@ -202,8 +201,5 @@ def working_copy(location: str | os.PathLike[str], *, setting: str = "SEEDWHEEL_
 
 
 def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()

@@ -44,18 +44,25 @@ LOCK_NAMESPACE = "seedwheel:"
 
 
 @contextmanager
-def file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
     """Hold an exclusive lock on `path` (created when missing) for the block, waiting while another holds it.
 
     For read-modify-write of shared files (the dedup index, the promotion registry) by runs that overlap. It
     is `flock(2)`: the kernel drops it when its holder dies, so a killed run never leaves it held; two
     processes, or two threads each opening the lock, exclude each other. Local file systems and NFSv4 honour
     it, object storage has no locks (see docs/production.md, "Scaling out").
+
+    Yields whether the lock is held: always True when waiting; with `wait=False`, False at once when another
+    holds it (the block then runs without it, e.g. to leave optional work to the holder).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield  # closing the file releases the lock
+    with open(path, "a") as handle:  # closing the file releases the lock
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
 
 
 def lock_key(name: str) -> int:
@@ -138,7 +145,7 @@ class StateStore:
     def __repr__(self) -> str:
         return f"StateStore({self.where})"
 
-    def lock(self, name: str, file: Path) -> AbstractContextManager[None]:
+    def lock(self, name: str, file: Path) -> AbstractContextManager[object]:
         """The run-level lock `name`: the advisory lock of that name in the database, else `file_lock(file)`.
 
         Args:

@@ -50,20 +50,18 @@ Delete the folder to start over; the next run recomputes everything.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
 import secrets
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
+from core.state import file_lock
 from validators.tables import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -141,18 +139,6 @@ def _listing(folder: Path) -> tuple[list[str], list[Path]]:
 def _commit_name() -> str:
     """A new segment's name: its UTC time (so names sort in commit order), then 64 random bits (so none repeats)."""
     return f"{SEGMENTS}/{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}-{secrets.token_hex(8)}{SUFFIX}"
-
-
-@contextmanager
-def _try_lock(path: Path) -> Iterator[bool]:
-    """`flock(2)` on `path` if no one holds it, for the block: yields whether it was taken (it is never waited on)."""
-    with open(path, "a") as handle:  # closing the file releases the lock; the kernel drops it if the holder dies
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held = True
-        except BlockingIOError:
-            held = False
-        yield held
 
 
 class CacheStore:
@@ -272,7 +258,7 @@ class CacheStore:
     def _tidy(self) -> None:
         """Delete the damaged segments and stale temporary files seen at open, and compact when due; once per run."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        with _try_lock(self.folder / LOCK) as held:
+        with file_lock(self.folder / LOCK, wait=False) as held:
             if not held:  # another run is compacting: a later commit (this run's or another's) tidies up
                 return
             self._tidied = True

@@ -137,7 +137,7 @@ class DedupIndex:
         self.store = store or StateStore()
         self._reset()
 
-    def _lock(self) -> AbstractContextManager[None]:
+    def _lock(self) -> AbstractContextManager[object]:
         """The index's run-level lock: `.lock` in its folder, or its advisory lock in the store's database."""
         return self.store.lock(f"dedup_index/{self.config.name}", self.folder / LOCK)
 
