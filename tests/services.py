@@ -17,7 +17,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +40,36 @@ def require(executable: str, package: str) -> str:
     if found is None:
         pytest.skip(f"{executable} is not installed: apt-get install {package} (make test installs it as root)")
     return found
+
+
+def released_together(scripts: Sequence[Sequence[str]], timeout_s: float = 120) -> list[str]:
+    """Run each `python -c` script (with its arguments) in a process of its own, from the repository, and release
+    them together: each prints `ready` once set up, then waits for a line on stdin. Returns their stdouts, in
+    order, after each exits 0 (else the assertion shows its stderr)."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", *script],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for script in scripts
+    ]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    outputs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout_s)
+        assert proc.returncode == 0, err
+        outputs.append(out)
+    return outputs
 
 
 def free_port() -> int:

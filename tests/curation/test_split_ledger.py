@@ -11,6 +11,7 @@ from curation.split_ledger import LEDGER, PLANS, SplitLedger, SplitLedgerError
 from curation.splits import EVAL, TRAIN, SplitConfig, plan_splits, root_hash
 from tests.curation.test_splits import seeds, task
 from tests.paths import REPO
+from tests.services import released_together
 
 CONFIG = SplitConfig(salt="ledger-test")
 
@@ -136,27 +137,8 @@ def test_two_processes_assigning_at_once_give_each_root_one_side_and_lose_no_pla
     # Both plan the same shared roots night after night, released together: without the run-level lock they read
     # the same ledger and both write plan n (files: one overwrites the other; PostgreSQL: a duplicate key).
     rounds = 8
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", ASSIGNER, str(tmp_path), state_store.database_url, name, str(rounds)],
-            cwd=REPO,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name in ("left", "right")
-    ]
-    for proc in procs:
-        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
-    for proc in procs:
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    made = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        made += json.loads(out)
+    scripts = [[ASSIGNER, str(tmp_path), state_store.database_url, name, str(rounds)] for name in ("left", "right")]
+    made = [plan for out in released_together(scripts) for plan in json.loads(out)]
 
     ledger = SplitLedger(tmp_path, state_store)
     rows, plans = ledger.rows(), ledger.plans()

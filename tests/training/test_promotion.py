@@ -2,8 +2,6 @@
 and in PostgreSQL: `state_store`)."""
 
 import json
-import subprocess
-import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,8 +10,7 @@ import numpy as np
 import pytest
 
 from core.state import StateStore
-from tests.paths import REPO
-from tests.services import fresh_database
+from tests.services import fresh_database, released_together
 from training.promotion import (
     PromotionPolicy,
     PromotionPolicyError,
@@ -307,25 +304,9 @@ def test_two_processes_promoting_at_once_lose_neither(tmp_path: Path, state_stor
     # Without the run-level lock both read the same history: the file keeps one process's write, the table
     # refuses the second row in the same place.
     count, path = 15, tmp_path / "promoted.json"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", PROMOTER, str(path), state_store.database_url, name, str(count)],
-            cwd=REPO,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name in ("left", "right")
-    ]
-    for proc in procs:
-        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
-    for proc in procs:
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
+    released_together(
+        [[PROMOTER, str(path), state_store.database_url, name, str(count)] for name in ("left", "right")]
+    )
 
     history = PromotionRegistry(path, state_store).history()
     names = ("left", "right")
