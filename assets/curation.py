@@ -8,15 +8,9 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
+from core.shards import plan_shards
 from curation.curate import dedup_tasks
-from curation.shards import (
-    SHARD_STATS_COLUMNS,
-    SHARD_VERDICT_COLUMNS,
-    ShardStats,
-    merge_verdicts,
-    plan_shards,
-    shard_verdicts,
-)
+from curation.shards import SHARD_STATS_COLUMNS, SHARD_VERDICT_COLUMNS, ShardStats, merge_verdicts, shard_verdicts
 from curation.validity import (
     TASK_REJECT_COLUMNS,
     below_floor,

@@ -12,14 +12,11 @@ from assets import groups
 from assets.metadata import markdown_table, preview
 from assets.plots import bar_chart
 from curation.manifests import find_manifest
-from curation.splits import first_per_family
 from pipeline.resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository, StorageRoot
 from training.eval_table import failure_report, paired_comparison
 from training.evaluation import sample_and_score
 from training.promotion import decide
 from training.stats import Comparison, EvalReport, evaluate
-from validators.tables import records_from_frame
-from validators.tasks import TASK_FIELDS
 
 ROLES = ("baseline", "candidate")
 EVAL_COLUMNS = (
@@ -41,10 +38,8 @@ def checkpoint_eval(
 
     Every held-out production failure is evaluated, also when `max_per_family` samples the rest.
     """
-    tasks = records_from_frame(eval_tasks[list(TASK_FIELDS)])
+    tasks = gate.eval_tasks(eval_tasks, failure_eval)
     failure_ids = set(failure_eval["task_id"])
-    chosen = set(first_per_family(tasks, gate.max_per_family))
-    tasks = [task for i, task in enumerate(tasks) if i in chosen or task["task_id"] in failure_ids]
     if not tasks:
         raise ValueError("eval_tasks is empty: nothing to evaluate the checkpoint on; check the split's eval_fraction")
     models = {
@@ -55,7 +50,7 @@ def checkpoint_eval(
     for role, model in models.items():
         context.log.info(f"{role} {model}: {gate.samples} samples on each of {len(tasks)} eval tasks")
         sampled = sample_and_score(
-            model,
+            storage.model_dir(model),
             tasks,
             k=gate.samples,
             max_new_tokens=gate.max_new_tokens,
@@ -103,7 +98,8 @@ def promotion(
     both models were trained under the same split epoch."""
     models = checkpoint_eval.groupby("role")["model"].first()
     comparison = paired_comparison(checkpoint_eval, gate.seed)
-    manifests = {role: find_manifest(storage.path(CHECKPOINTS_FOLDER), models[role]) for role in ROLES}
+    with storage.folder(CHECKPOINTS_FOLDER) as folder:  # the manifests, not the weights
+        manifests = {role: find_manifest(folder, models[role]) for role in ROLES}
     epochs = {role: None if m is None else m.split_epoch for role, m in manifests.items()}
     decision = decide(comparison, gate.policy(), split_epochs=epochs)
     registry = gate.registry(storage.state())

@@ -1,5 +1,7 @@
 """Judging assets: an LLM judge scores tasks on a versioned rubric, calibrated against human labels first."""
 
+import time
+from dataclasses import fields
 from pathlib import Path
 
 import dagster as dg
@@ -8,6 +10,7 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, progress_logger
 from assets.plots import bar_chart
+from core.shards import plan_shards
 from curation.splits import first_per_family
 from judge import (
     DEFAULT_RUBRIC,
@@ -15,11 +18,14 @@ from judge import (
     LABEL_PARAMS,
     JudgeHistoryError,
     JudgeSetup,
+    JudgeStats,
+    Judgment,
     accept_rate,
     audit_labels,
     calibrate,
     calibration_sample,
     describe_change,
+    judge_setup,
     judge_tasks,
     label_rows,
     load_audit_set,
@@ -33,10 +39,13 @@ from judge import check as check_calibration
 from judge.rubric import SCORES
 from pipeline.resources import JUDGE_HISTORY_FOLDER, JudgePolicy, LLMEndpoint, SeedRepository, StorageRoot
 from validators.seeds import AUDIT_DIR
-from validators.tables import records_from_frame
+from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
 WORST_ROWS = 10
+JUDGMENT_COLUMNS = (*(f.name for f in fields(Judgment)), "verdict")  # `Judgment.as_dict`'s row
+# What one judging shard step did: its tasks, the calls it made, the seconds it took, its `JudgeStats.record()`.
+SHARD_STATS_COLUMNS = ("shard", "tasks", "calls", "seconds", "stats")
 CALIBRATION_NUMBERS = ("accuracy", "kappa", "false_accept_rate", "false_reject_rate")
 
 
@@ -100,60 +109,108 @@ def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
     return judge_calibration
 
 
-@dg.asset(group_name=groups.JUDGING, deps=["judge_calibration"])
-def judged_tasks(
-    context: dg.AssetExecutionContext,
-    deduplicated_tasks: pd.DataFrame,
-    llm: LLMEndpoint,
-    judge: JudgePolicy,
-    storage: StorageRoot,
-) -> dg.MaterializeResult[pd.DataFrame]:
-    """Non-duplicate tasks labelled by the LLM judge (`judge_verdict`: accept, reject, judge_error, not_judged)."""
-    kept = deduplicated_tasks[~deduplicated_tasks["is_duplicate"].astype(bool)].reset_index(drop=True)
-    tasks = records_from_frame(kept[list(TASK_FIELDS)])
-    chosen = first_per_family(tasks, judge.max_per_family)
+@dg.op(ins={"deduplicated_tasks": dg.In(), "judge_calibration": dg.In(dg.Nothing)}, out=dg.DynamicOut(pd.DataFrame))
+def judge_shards(deduplicated_tasks: pd.DataFrame, judge: JudgePolicy):
+    """The tasks to judge (non-duplicates, `judge.max_per_family` per family), one table per non-empty shard of
+    task-id hashes; after the calibration, whose blocking check stops the judging of a judge people disagree with."""
+    tasks = records_from_frame(_kept(deduplicated_tasks))
+    chosen = [tasks[i] for i in first_per_family(tasks, judge.max_per_family)]
+    for shard, positions in enumerate(plan_shards([t["task_id"] for t in chosen], judge.shards())):
+        if positions:  # an empty hash range makes no step
+            yield dg.DynamicOutput(frame_from_records([chosen[i] for i in positions], TASK_FIELDS), str(shard))
+
+
+@dg.op(out={"judgments": dg.Out(pd.DataFrame), "stats": dg.Out(pd.DataFrame)})
+def judge_shard(context: dg.OpExecutionContext, shard: pd.DataFrame, llm: LLMEndpoint, judge: JudgePolicy):
+    """One shard's judgments, through the endpoint's call cache (shared by the shards)."""
+    started = time.monotonic()
     run = judge_tasks(
-        [tasks[i] for i in chosen],
+        records_from_frame(shard[list(TASK_FIELDS)]),
         client=llm.client(),
         rule=judge.rule(),
         params=LABEL_PARAMS,
         progress=progress_logger(context, "judged"),
     )
-    rows = label_rows([task["task_id"] for task in tasks], run.judgments)
-    labelled = pd.concat([kept[list(TASK_FIELDS)], pd.DataFrame(rows, columns=LABEL_COLUMNS)], axis=1)
-    counts = score_counts(run.judgments, DEFAULT_RUBRIC)
-    lowest = lowest_score_counts(run.judgments, {t["task_id"]: t["family"] for t in tasks})
+    stats = {
+        "shard": int(context.get_mapping_key()),  # judge_shards keys its outputs by the shard index
+        "tasks": len(shard),
+        "calls": run.stats.calls,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    yield dg.Output(frame_from_records(run.rows(), JUDGMENT_COLUMNS), output_name="judgments", metadata=stats)
+    yield dg.Output(frame_from_records([{**stats, "stats": run.stats.record()}], SHARD_STATS_COLUMNS), "stats")
+
+
+@dg.op
+def merge_judgments(
+    context: dg.OpExecutionContext,
+    deduplicated_tasks: pd.DataFrame,
+    judgments: list[pd.DataFrame],
+    stats: list[pd.DataFrame],
+    llm: LLMEndpoint,
+    judge: JudgePolicy,
+    storage: StorageRoot,
+) -> dg.Output[pd.DataFrame]:
+    """The shards' judgments as labels of every non-duplicate task (in its input order), and the run's record."""
+    kept = _kept(deduplicated_tasks)
+    tasks = records_from_frame(kept)
+    judged = [Judgment.from_dict(row) for frame in judgments for row in records_from_frame(frame)]
+    shards = sorted((row for frame in stats for row in records_from_frame(frame)), key=lambda row: row["shard"])
+    totals = JudgeStats.total(JudgeStats.from_record(row["stats"]) for row in shards)
+    setup = judge_setup(llm.client(), params=LABEL_PARAMS)  # the shards' setup (no call is made for it)
+    rows = label_rows([task["task_id"] for task in tasks], judged)
+    labelled = pd.concat([kept, pd.DataFrame(rows, columns=LABEL_COLUMNS)], axis=1)
+    counts = score_counts(judged, DEFAULT_RUBRIC)
+    lowest = lowest_score_counts(judged, {t["task_id"]: t["family"] for t in tasks})
     # Which judge setup the labels came from, kept beside the storage root's other side state (judge.history).
     with storage.folder(JUDGE_HISTORY_FOLDER) as folder:
         history = folder / "judged_tasks.json"
-        rejudged = _rejudged(context, history, run.setup)
-        save_setup(history, run.setup)  # only once the run succeeded: a failed run leaves the previous record
-    return dg.MaterializeResult(
-        value=labelled,
+        rejudged = _rejudged(context, history, setup)
+        save_setup(history, setup)  # only once the run succeeded: a failed run leaves the previous record
+    storage.remove_step_outputs(context.run_id, "judged_tasks")  # the shards: this run's scratch, now merged
+    return dg.Output(
+        labelled,
         metadata={
             "rows": len(labelled),
-            "judged": len(run.judgments),
+            "judged": len(judged),
             "rejudged": rejudged,
             "verdicts": count_table(labelled["judge_verdict"], "verdict"),
-            "accept_rate": dg.MetadataValue.float(accept_rate(run.judgments)),
+            "accept_rate": dg.MetadataValue.float(accept_rate(judged)),
             "accept_by_family": _accept_by_family(labelled),
             "score_histograms": _histograms(counts),
             "score_plot": bar_chart(_by_score(counts), title="scores per criterion", xlabel="score", ylabel="tasks"),
             "lowest_score_plot": bar_chart(
                 _by_score(lowest), title="lowest criterion score per task, by family", xlabel="score", ylabel="tasks"
             ),
-            "judge_errors": count_table((j.error for j in run.judgments if j.error), "error"),
-            "llm_calls_made": run.stats.calls,
-            "llm_calls_cached": run.stats.cached,
-            "llm": dg.MetadataValue.json(run.stats.as_dict(judge.prices())),
-            "judge_setup": dg.MetadataValue.json(run.setup.as_dict()),
+            "judge_errors": count_table((j.error for j in judged if j.error), "error"),
+            "llm_calls_made": totals.calls,
+            "llm_calls_cached": totals.cached,
+            "llm": dg.MetadataValue.json(totals.as_dict(judge.prices())),
+            "judge_setup": dg.MetadataValue.json(setup.as_dict()),
+            "shards": judge.shards(),
+            "shard_steps": len(shards),  # an empty hash range makes no step
+            "shard_balance": dg.MetadataValue.md(markdown_table(shards, ["shard", "tasks", "calls", "seconds"])),
             "worst": preview(_worst(labelled), ("task_id", "family", "judge_scores", "judge_rationale")),
             "rubric": DEFAULT_RUBRIC.label,
         },
     )
 
 
-def _rejudged(context: dg.AssetExecutionContext, history: Path, setup: JudgeSetup) -> str:
+@dg.graph_asset(group_name=groups.JUDGING, ins={"judge_calibration": dg.AssetIn(dagster_type=dg.Nothing)})
+def judged_tasks(deduplicated_tasks: pd.DataFrame, judge_calibration):
+    """Non-duplicate tasks labelled by the LLM judge (`judge_verdict`: accept, reject, judge_error, not_judged),
+    judged in shards of task-id hashes, one step each (`judge.judge_shards`)."""
+    judgments, stats = judge_shards(deduplicated_tasks, judge_calibration).map(judge_shard)
+    return merge_judgments(deduplicated_tasks, judgments.collect(), stats.collect())
+
+
+def _kept(deduplicated_tasks: pd.DataFrame) -> pd.DataFrame:
+    """The tasks the judge labels: the non-duplicates, in input order."""
+    kept = ~deduplicated_tasks["is_duplicate"].astype(bool)
+    return deduplicated_tasks.loc[kept, list(TASK_FIELDS)].reset_index(drop=True)
+
+
+def _rejudged(context: dg.OpExecutionContext, history: Path, setup: JudgeSetup) -> str:
     """Why this run did or did not re-judge every task: `first run`, `unchanged`, or what changed since the last."""
     try:
         previous = load_setup(history)

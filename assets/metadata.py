@@ -49,7 +49,7 @@ def task_preview(tasks: pd.DataFrame, columns: Sequence[str] = TASK_PREVIEW_COLU
     return preview(tasks.assign(prompt_text=texts), columns)
 
 
-def progress_logger(context: dg.AssetExecutionContext, what: str) -> Callable[[int, int], None]:
+def progress_logger(context: dg.OpExecutionContext, what: str) -> Callable[[int, int], None]:
     """A `progress(done, total)` callback that logs about every tenth of a batch, so the run page shows it move."""
     last = [-1]
 

@@ -3,15 +3,17 @@
 Each trained checkpoint stores its manifest for good under `<root>/checkpoints/` (which model, trained from
 what, on which tasks after every filter, under which split plan, by which run, with which config and verifier
 versions; `curation.manifests`), and the checkpoint asset's one row repeats it, so lineage questions are
-answered from stored data, not from logs. Training
-directories are named by a hash of their inputs: a rerun after a kill finds the same directory and resumes
-from its last complete checkpoint.
+answered from stored data, not from logs. Training run folders, `<root>/training/<stage>/<digest>`, are named by a
+hash of their inputs: on a local root a rerun after a kill finds the same folder and resumes from its last complete
+checkpoint. On an object store a run trains in a local working copy of its folder, committed back when the step
+succeeds (`StorageRoot.folder`); the checkpoint is then a URL, and every step that loads one goes through
+`StorageRoot.model_dir`.
 """
 
 import hashlib
 import sys
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,15 @@ from assets.plots import bar_chart, line_chart
 from curation.manifests import CheckpointManifest, write_manifest
 from curation.splits import first_per_family
 from llm import tether
-from pipeline.resources import CHECKPOINTS_FOLDER, EXPORT_FOLDER, SeedRepository, StorageRoot, TrainingPolicy
+from pipeline.resources import (
+    CHECKPOINTS_FOLDER,
+    EXPORT_FOLDER,
+    TRAINING_FOLDER,
+    SeedRepository,
+    StorageRoot,
+    TrainingPolicy,
+)
+from training.budget import measured_run
 from training.difficulty import difficulty_label, in_grpo_set, rollouts_by_task, solved_counts
 from training.evaluation import sample_and_score
 from training.grpo import reward_spread
@@ -118,7 +128,7 @@ def sft_checkpoint(
     # The run folder and manifest are named by a digest of this dict: a field added to SFTSettings renames them.
     config = asdict(settings)
     digest = _digest(base, [t["task_id"] for t in tasks], config)
-    output_dir = storage.path("training", "sft", digest)
+    run = (TRAINING_FOLDER, "sft", digest)
     history: list[dict[str, Any]] = []
 
     def on_metrics(metrics: dict[str, Any]) -> None:
@@ -126,13 +136,15 @@ def sft_checkpoint(
         if "loss" in metrics:
             context.log.info(f"SFT step {metrics.get('step')}: loss {metrics['loss']:.4g}")
 
-    result = run_sft(base, tasks, output_dir, settings=settings, on_metrics=on_metrics)
-    manifest = _record_checkpoint(
+    with storage.folder(*run) as output_dir:
+        result = run_sft(storage.model_dir(base), tasks, output_dir, settings=settings, on_metrics=on_metrics)
+        checkpoint = _stored(storage, run, output_dir, result.checkpoint_dir)
+    manifest = _record_checkpoint(  # once the run folder is committed: the manifest names a checkpoint that exists
         context,
         storage,
         f"sft-{digest}",
         inputs=("train_tasks",),
-        checkpoint=str(result.checkpoint_dir),
+        checkpoint=checkpoint,
         start=base,
         base=base,
         tasks=[t for t in tasks if t.get("reference")],  # sft_examples skips tasks without one
@@ -145,7 +157,7 @@ def sft_checkpoint(
         value=manifest,
         metadata={
             "trained": True,
-            "checkpoint": dg.MetadataValue.path(str(result.checkpoint_dir)),
+            "checkpoint": dg.MetadataValue.path(checkpoint),
             "manifest": dg.MetadataValue.path(str(manifest.loc[0, "manifest"])),
             "split_plan": int(manifest.loc[0, "split_seq"]),
             "base_model": base,
@@ -172,6 +184,7 @@ def difficulty_profile(
     sft_checkpoint: pd.DataFrame,
     seeds: SeedRepository,
     training: TrainingPolicy,
+    storage: StorageRoot,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """Offline dynamic sampling: the starting policy's pass rate per training task, and which tasks GRPO gets."""
     ids = train_tasks[["task_id", "family"]].reset_index(drop=True)
@@ -189,7 +202,7 @@ def difficulty_profile(
     profiled = [records[i] for i in first_per_family(records, training.difficulty_max_per_family)]
     context.log.info(f"sampling {k} completions for each of {len(profiled)} training tasks with {policy_model}")
     sampled = sample_and_score(
-        policy_model,
+        storage.model_dir(policy_model),
         profiled,
         k=k,
         max_new_tokens=training.difficulty_max_new_tokens,
@@ -259,51 +272,58 @@ def grpo_checkpoint(
     grpo = {**training.grpo, "reward_weights_by_verifier": training.reward_weights}
     task_ids = sorted(part["task_id"])
     digest = _digest(start, task_ids, {"runtime": training.runtime, **grpo})
-    run_dir = storage.path("training", "grpo", digest)
-    exported = export_split(part, run_dir, "train")
-    job = GRPOJobConfig(
-        model_path=start,
-        output_dir=str(run_dir / "output"),
-        train_file=str(exported.parquet),
-        runtime=training.runtime,
-        grpo=grpo,
-    )
-    config_path = run_dir / "job.json"
-    with atomic_write(config_path, "w") as handle:
-        handle.write(job.to_json())
-    context.log.info(f"GRPO on {len(part)} tasks from {start}; job config {config_path}")
-    invocation = pipes.run(
-        context=context,
-        # Tethered: if this run is killed, the training process ends too (a rerun resumes from its checkpoint).
-        command=tether.command_for([sys.executable, "-m", "training.grpo_job", "--config", str(config_path)]),
-        env={"SEEDWHEEL_SEEDS": str(seeds.folder)},  # verifier fixtures resolve against the seeds folder
-    )
-    reported = GRPOJobResult.from_metadata(  # raises, naming the key, when the job's result lacks a field
-        {
-            name: getattr(entry, "value", entry)
-            for name, entry in (invocation.get_materialize_result().metadata or {}).items()
-        }
-    )
+    run = (TRAINING_FOLDER, "grpo", digest)
+    with storage.folder(*run) as run_dir:
+        exported = export_split(part, run_dir, "train")
+        job = GRPOJobConfig(
+            model_path=storage.model_dir(start),
+            output_dir=str(run_dir / "output"),
+            train_file=str(exported.parquet),
+            runtime=training.runtime,
+            grpo=grpo,
+        )
+        config_path = run_dir / "job.json"
+        with atomic_write(config_path, "w") as handle:
+            handle.write(job.to_json())
+        context.log.info(f"GRPO on {len(part)} tasks from {start}; job config {config_path}")
+        invocation = pipes.run(
+            context=context,
+            # Tethered: if this run is killed, the training process ends too (on a local root a rerun resumes).
+            command=tether.command_for([sys.executable, "-m", "training.grpo_job", "--config", str(config_path)]),
+            env={"SEEDWHEEL_SEEDS": str(seeds.folder)},  # verifier fixtures resolve against the seeds folder
+        )
+        reported = GRPOJobResult.from_metadata(  # raises, naming the key, when the job's result lacks a field
+            {
+                name: getattr(entry, "value", entry)
+                for name, entry in (invocation.get_materialize_result().metadata or {}).items()
+            }
+        )
+        # Where each file stays once the folder is committed (on a local root, where it is now).
+        checkpoint, output_dir, train_file, job_config = (
+            _stored(storage, run, run_dir, path)
+            for path in (reported.checkpoint_dir, job.output_dir, job.train_file, config_path)
+        )
     steps = [m for m in invocation.get_custom_messages() if m.get("kind") == METRICS_MESSAGE_KIND and "reward" in m]
     filtered = set(reported.filtered_task_ids)
+    stored_job = replace(job, model_path=start, output_dir=output_dir, train_file=train_file)
     manifest = _record_checkpoint(
         context,
         storage,
         f"grpo-{digest}",
         inputs=("train_tasks", "difficulty_profile", "sft_checkpoint"),
-        checkpoint=reported.checkpoint_dir,
+        checkpoint=checkpoint,
         start=start,
         base=str(sft_checkpoint.loc[0, "base_model"]),
         tasks=[t for t in records_from_frame(part[list(TASK_FIELDS)]) if t["task_id"] not in filtered],
         steps=reported.steps,
         seconds=reported.train_seconds,
-        config=job.to_mapping(),
+        config=stored_job.to_mapping(),
         verifier_versions=reported.verifier_versions,
     )
     return dg.MaterializeResult(
         value=manifest,
         metadata={
-            "checkpoint": dg.MetadataValue.path(reported.checkpoint_dir),
+            "checkpoint": dg.MetadataValue.path(checkpoint),
             "start_model": start,
             "steps": reported.steps,
             "train_rows": reported.train_rows,
@@ -319,9 +339,12 @@ def grpo_checkpoint(
             "manifest": dg.MetadataValue.path(str(manifest.loc[0, "manifest"])),
             "split_plan": int(manifest.loc[0, "split_seq"]),
             "split_epoch": int(manifest.loc[0, "split_epoch"]),
-            "job_config": dg.MetadataValue.path(str(config_path)),
+            "job_config": dg.MetadataValue.path(job_config),
             "reward_curve": _reward_curve(steps),
             "groups_with_reward_spread": dg.MetadataValue.float(reward_spread(steps) or 0.0),
+            # What the run measured, for the plan's calibration (`budget_calibration`): TRL's token count and
+            # mean completion length over the logged steps.
+            "measured": dg.MetadataValue.json(asdict(measured_run(reported.steps, reported.train_seconds, steps))),
         },
     )
 
@@ -365,7 +388,8 @@ def preference_pairs(
             max_pairs_per_task=config.max_pairs_per_task,
         ),
     }
-    exported = {split: export_pairs(part.pairs, storage.path(EXPORT_FOLDER), split) for split, part in built.items()}
+    with storage.folder(EXPORT_FOLDER) as folder:
+        exported = {split: export_pairs(part.pairs, folder, split) for split, part in built.items()}
     pairs = frame_from_records([pair for part in built.values() for pair in part.pairs], PAIR_COLUMNS)
     counts = pairs.groupby(["split", "source", "family"]).agg(pairs=("task_id", "size"), tasks=("task_id", "nunique"))
     outcomes = [
@@ -393,8 +417,11 @@ def preference_pairs(
             ),
             "task_outcomes": dg.MetadataValue.md(markdown_table(outcomes, ["split", "outcome", "tasks"])),
             "dropped_samples": dg.MetadataValue.json({split: dict(part.dropped) for split, part in built.items()}),
-            **{f"export_{split}_parquet": dg.MetadataValue.path(str(e.parquet)) for split, e in exported.items()},
-            **{f"export_{split}_jsonl": dg.MetadataValue.path(str(e.jsonl)) for split, e in exported.items()},
+            **{
+                f"export_{split}_{kind}": dg.MetadataValue.path(storage.location(EXPORT_FOLDER, path.name))
+                for split, e in exported.items()
+                for kind, path in (("parquet", e.parquet), ("jsonl", e.jsonl))
+            },
             "preview": preview(
                 texts, ("split", "task_id", "family", "chosen_text", "rejected_text", "rejected_reason")
             ),
@@ -455,9 +482,16 @@ def _record_checkpoint(
         verifier_versions=verifier_versions or {},
         config=config,
     )
-    path = write_manifest(storage.path(CHECKPOINTS_FOLDER), manifest, tasks)
-    row = {**asdict(manifest), "trained": True, "manifest": str(path), "steps": steps, "train_seconds": seconds}
+    with storage.folder(CHECKPOINTS_FOLDER) as folder:
+        path = write_manifest(folder, manifest, tasks)
+        stored = storage.location(CHECKPOINTS_FOLDER, *path.relative_to(folder).parts)
+    row = {**asdict(manifest), "trained": True, "manifest": stored, "steps": steps, "train_seconds": seconds}
     return pd.DataFrame([row], columns=MANIFEST_COLUMNS)
+
+
+def _stored(storage: StorageRoot, run: tuple[str, ...], working: Path, path: str | Path) -> str:
+    """Where `path`, a file in the working copy `working` of run folder `run`, is kept: its `storage.location`."""
+    return storage.location(*run, *Path(path).relative_to(working).parts)
 
 
 def _untrained(base: str) -> pd.DataFrame:

@@ -14,11 +14,16 @@ the objects the store lacks, then creates the next generation's manifest with a 
 `If-None-Match: *`), which the store grants to exactly one of two concurrent commits. The other re-reads the new
 manifest, applies its own changes on top (the files it added, changed or removed since its checkout) and tries
 the next generation; a file both changed is a `FolderConflict`, never a silent loss. A run killed mid-commit
-leaves objects no manifest names, which no reader sees.
+leaves objects no manifest names, which no reader sees; `RemoteFolder.prune` (`seedwheel prune`) deletes them
+and superseded manifests once no reader or commit can still need them.
 
 `working_copy(location)` is the whole protocol for a step: for a local folder it is the folder itself (files are
 renamed into place there: `validators.tables.atomic_write`); for an object store, a temporary folder holding the
 committed files, committed back when the block succeeds and deleted either way.
+
+`read_only_copy(url, cache)` is the reader's side for large, write-once contents such as a trained model: the
+committed files under `url` (a committed folder, or a folder inside one: `<run>/final`) downloaded once into
+`<cache>/<digest of their manifest entries>`, which every later reader on the machine finds and reuses.
 
 Credentials and endpoints come from the store's usual environment (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, ...),
 never from seedwheel's configuration.
@@ -30,10 +35,13 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from core.errors import SeedwheelError
 
@@ -76,6 +84,15 @@ class Manifest:
     files: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Pruned:
+    """What `RemoteFolder.prune` deleted: manifests, objects, and the objects' bytes."""
+
+    manifests: int = 0
+    objects: int = 0
+    bytes: int = 0
+
+
 class RemoteFolder:
     """A folder on an object store (see the module docstring).
 
@@ -114,11 +131,15 @@ class RemoteFolder:
     def checkout(self, dest: Path) -> Manifest:
         """Download the committed files into `dest` (an empty folder); the state they are."""
         manifest = self.latest()
-        for relative, digest in manifest.files.items():
+        self.download(manifest.files, dest)
+        return manifest
+
+    def download(self, files: Mapping[str, str], dest: Path) -> None:
+        """Download `files` (path in `dest` -> the SHA-256 of a committed object) into `dest`."""
+        for relative, digest in files.items():
             target = dest / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             self.fs.get_file(self._object(digest), str(target))
-        return manifest
 
     def commit(self, source: Path, base: Manifest) -> Manifest:
         """Commit the files under `source`, a working copy checked out at `base`, as the next generation.
@@ -133,8 +154,11 @@ class RemoteFolder:
         changes.update({k: None for k in base.files if k not in files})
         if not changes:
             return base
+        named = set(base.files.values())
         for relative, digest in changes.items():
-            if digest is not None and not self.fs.exists(self._object(digest)):
+            # An object `base` names stays while a reader may need it (`prune`); any other is uploaded again, even
+            # if it is there: an unnamed one may be pruned before this commit names it, and the upload renews it.
+            if digest is not None and digest not in named:
                 self.fs.put_file(str(source / relative), self._object(digest))
         latest = base
         for _ in range(MAX_ATTEMPTS):
@@ -159,6 +183,56 @@ class RemoteFolder:
                 continue
             return manifest
         raise FolderConflict(f"{self.url}: {MAX_ATTEMPTS} commits in a row went through before this one")
+
+    def prune(self, *, keep: int = 2, min_age_s: float = 86_400.0, now: float | None = None) -> Pruned:
+        """Delete what no reader can still need: old manifests, and objects no remaining manifest names.
+
+        A reader reads the newest manifest, then downloads the objects it names; a commit uploads its objects,
+        then writes its manifest. So:
+
+        - the newest `keep` manifests stay, and an older one goes only once the one after it is older than
+          `min_age_s` (anyone who read it as the newest did so that long ago);
+        - an object no remaining manifest names goes only once it is older than `min_age_s` (a younger one may
+          be an upload whose commit has not come yet).
+
+        Args:
+            keep: the newest manifests always kept, at least 1.
+            min_age_s: seconds, longer than any step takes to check out or commit (default a day).
+            now: the current time (seconds since the epoch; tests pass a later one to age the store).
+
+        Returns:
+            What was deleted, and the bytes it held.
+        """
+        if keep < 1:
+            raise ValueError(f"keep ({keep}) must be at least 1: the newest manifest is the folder")
+        now = time.time() if now is None else now
+        names = self._manifest_names()
+        paths = [f"{self.root}/{MANIFESTS}/{name}" for name in names]
+        old = [
+            path
+            for path, successor in pairwise(paths[: max(len(paths) - keep + 1, 0)])  # each but the newest `keep`
+            if now - modified(self.fs.info(successor)) >= min_age_s
+        ]
+        named = {
+            digest
+            for path in paths
+            if path not in old
+            for digest in json.loads(self.fs.cat_file(path))["files"].values()
+        }
+        try:
+            objects = self.fs.ls(f"{self.root}/{OBJECTS}", detail=True, refresh=True)
+        except FileNotFoundError:
+            objects = []
+        unnamed = [
+            entry
+            for entry in objects
+            if entry["name"].rsplit("/", 1)[-1] not in named and now - modified(entry) >= min_age_s
+        ]
+        for path in old:
+            self.fs.rm_file(path)
+        if unnamed:
+            self.fs.rm([entry["name"] for entry in unnamed])
+        return Pruned(len(old), len(unnamed), sum(int(entry["size"]) for entry in unnamed))
 
     def _manifest_names(self) -> list[str]:
         bucket = self.root.split("/", 1)[0]
@@ -198,6 +272,76 @@ def working_copy(location: str | os.PathLike[str], *, setting: str = "SEEDWHEEL_
         base = folder.checkout(Path(scratch))
         yield Path(scratch)
         folder.commit(Path(scratch), base)
+
+
+def read_only_copy(url: str, cache: Path, *, setting: str = "SEEDWHEEL_HOME") -> Path:
+    """A local, read-only copy of the committed files under `url`, kept in `cache` by their content.
+
+    `url` is a committed folder or a folder inside one (`s3://bucket/root/training/sft/<digest>/final`): the
+    nearest folder above it with a manifest holds it. The copy is `<cache>/<key>`, the key a digest of the files'
+    paths and contents as that manifest names them, so a second reader (in this process or another) finds it and
+    downloads nothing, and a newer commit of other contents gets a copy of its own. It is downloaded beside and
+    renamed into place, so a copy in the cache is always whole; its files are made read-only.
+
+    Raises:
+        FileNotFoundError: no committed folder holds `url`, or it holds no file under it.
+
+    Example:
+        >>> read_only_copy("s3://bucket/root/training/sft/0a1b/final", Path("/tmp/models"))  # doctest: +SKIP
+        PosixPath('/tmp/models/5d41402abc4b2a76b9719d911017c592')
+    """
+    folder, manifest, inside = _holder(url, setting)
+    prefix = f"{inside}/" if inside else ""
+    files = {name.removeprefix(prefix): digest for name, digest in manifest.files.items() if name.startswith(prefix)}
+    if not files:
+        raise FileNotFoundError(f"{url}: generation {manifest.generation} of {folder.url} has no file under it")
+    key = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:32]
+    copy = cache / key
+    if copy.is_dir():
+        return copy
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{key}-", dir=cache) as scratch:
+        staging = Path(scratch, key)
+        folder.download(files, staging)
+        for path in staging.rglob("*"):
+            if path.is_file():
+                path.chmod(0o444)
+        try:
+            staging.rename(copy)
+        except OSError:  # another reader renamed the same contents into place first
+            if not copy.is_dir():
+                raise
+    return copy
+
+
+def _holder(url: str, setting: str) -> tuple[RemoteFolder, Manifest, str]:
+    """The committed folder that holds `url` (itself or the nearest above it, within the bucket), its newest
+    manifest, and `url`'s path inside it."""
+    scheme, _, path = url.rstrip("/").partition("://")
+    parts = path.split("/")
+    for cut in range(len(parts), 1, -1):
+        folder = RemoteFolder(f"{scheme}://{'/'.join(parts[:cut])}", setting=setting)
+        manifest = folder.latest()
+        if manifest.generation:
+            return folder, manifest, "/".join(parts[cut:])
+    raise FileNotFoundError(
+        f"{url}: no committed folder holds it (a folder is committed when the step that wrote it succeeds)"
+    )
+
+
+def committed_folders(url: str, *, setting: str = "SEEDWHEEL_HOME") -> list[RemoteFolder]:
+    """Every committed folder under `url` (each folder with a `manifests/` of its own), for pruning them all."""
+    fs, root = RemoteFolder(url, setting=setting).fs, url.rstrip("/").partition("://")[2]
+    scheme = url.partition("://")[0]
+    marker = f"/{MANIFESTS}/"
+    found = {path.rsplit(marker, 1)[0] for path in fs.find(root) if marker in path and path.endswith(".json")}
+    return [RemoteFolder(f"{scheme}://{folder}", setting=setting) for folder in sorted(found)]
+
+
+def modified(info: Mapping[str, Any]) -> float:
+    """A file's last-modified time (seconds since the epoch), from an fsspec `info` / `ls` / `find` entry of an
+    object store (`LastModified`) or a local file system (`mtime`)."""
+    return float(info["LastModified"].timestamp() if "LastModified" in info else info["mtime"])
 
 
 def _digest(path: Path) -> str:

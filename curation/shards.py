@@ -1,11 +1,6 @@
-"""Validation in shards: each task belongs to a fixed shard by the hash of its id, so the checks split into steps
-that run side by side (a multiprocess, Celery or Kubernetes executor), and their verdicts merge back in input order.
+"""Validation in shards (`core.shards`: a task's shard is fixed by the hash of its id): the checks split into steps
+that run side by side, and their verdicts merge back in input order.
 
-- **Stable**: a task's shard is a function of its `task_id` and the shard count alone (`shard_of`: the first 32
-  bits of the id's SHA-256 scaled to `[0, shards)`, so each shard holds one range of the hash space), never of
-  the batch it arrives in or its place there. The same task lands in the same shard every night, whatever was
-  added or removed around it; only a new shard count moves tasks.
-- **Balanced**: SHA-256 spreads ids evenly, so shards differ in size by about their square root.
 - **Lossless**: `merge_verdicts` puts every task's problems back at its input position and refuses a merge where
   a position is missing, repeated, or holds another task than the one checked (the inputs changed under the run).
 
@@ -15,19 +10,13 @@ own, so steps in separate processes (or working copies of an object-store folder
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
 
 from core import SeedwheelError
+from core.shards import ShardConfigError, shard_count
 from validators.tasks import Problem
-
-HASH_BITS = 32  # the leading bits of SHA-256(task_id) that pick the shard: ranges of 2**32 / shards ids each
-
-
-class ShardConfigError(SeedwheelError, ValueError):
-    """A `ShardConfig` with an impossible value; the message gives the value and a fix."""
 
 
 class ShardMergeError(SeedwheelError, ValueError):
@@ -52,18 +41,13 @@ class ShardConfig:
     threads: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:
-            raise ShardConfigError(
-                f"validation shards must be a whole number of at least 1, got {self.shards!r}; set "
-                "validation_shards on the policy resource: 1 checks every task in one step, 8 in eight steps "
-                "that an executor with several workers runs side by side"
-            )
+        shard_count(self.shards, "validation_shards")
         if self.threads is not None and (
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
             raise ShardConfigError(
-                f"validation threads must be a whole number of at least 1 or None, got {self.threads!r}; set "
-                "validation_threads on the policy resource: 1 for one-core workers, None for one per CPU"
+                f"validation_threads must be a whole number of at least 1 or None, got {self.threads!r}; set it "
+                "on the policy resource: 1 for one-core workers, None for one per CPU"
             )
 
 
@@ -88,51 +72,6 @@ class ShardStats(TypedDict):
 # The columns of the tables these records travel in between steps (Parquet, through the IO manager).
 SHARD_VERDICT_COLUMNS: tuple[str, ...] = tuple(ShardVerdict.__annotations__)
 SHARD_STATS_COLUMNS: tuple[str, ...] = tuple(ShardStats.__annotations__)
-
-
-def shard_of(task_id: str, shards: int) -> int:
-    """The shard of `task_id` among `shards`: the first 32 bits of its SHA-256, scaled to `[0, shards)`.
-
-    Args:
-        task_id: the task's id (any string: an id that is not a content hash still gets a fixed shard).
-        shards: the shard count, at least 1.
-
-    Returns:
-        The shard index; the same for the same id and count on every machine and night.
-
-    Raises:
-        ShardConfigError: `shards` is below 1.
-
-    Example:
-        >>> [shard_of(task_id, 3) for task_id in ("0000000000000002", "5c4f6470173c47e1", "0000000000000000")]
-        [0, 1, 2]
-        >>> shard_of("5c4f6470173c47e1", 1)
-        0
-    """
-    ShardConfig(shards=shards)
-    digest = hashlib.sha256(task_id.encode("utf-8")).hexdigest()
-    return int(digest[: HASH_BITS // 4], 16) * shards >> HASH_BITS
-
-
-def plan_shards(task_ids: Sequence[str | None], shards: int) -> list[list[int]]:
-    """The input positions of each shard's tasks, ascending; a task without an id is sharded as the empty id.
-
-    Args:
-        task_ids: the tasks' ids, in input order.
-        shards: the shard count, at least 1.
-
-    Returns:
-        One list per shard (index = shard), empty where no task falls in that range.
-
-    Example:
-        >>> plan_shards(["5c4f6470173c47e1", "0000000000000000", "0000000000000001", "0000000000000004"], 3)
-        [[], [0, 2], [1, 3]]
-    """
-    ShardConfig(shards=shards)
-    planned: list[list[int]] = [[] for _ in range(shards)]
-    for position, task_id in enumerate(task_ids):
-        planned[shard_of(task_id or "", shards)].append(position)
-    return planned
 
 
 def shard_verdicts(

@@ -35,7 +35,8 @@ arguments are parsed (arguments that are not JSON are kept as text: they may be 
 `expected` fields: `answer` (number, or text), `tool_call` (`{name, arguments}`), `output_schema` (a JSON
 Schema the output had to satisfy), `output` (the right output: an object for JSON tasks), `sql` (the gold
 query), `database` (its SQLite file, relative to seeds/), `ordered`, `rows` (the expected result, for a
-reviewer), `tests` (Python asserts), `entry_point`, `code` (a correct solution). Unknown fields are rejected
+reviewer), `tests` (Python asserts), `entry_point`, `code` (a correct solution), `episode` (a tool loop's
+expected state: `{environment, state, goal, tool_calls?}`, see docs/failures.md). Unknown fields are rejected
 (a typo would otherwise silently send the failure to review). `failures.derive` says which
 verifier each becomes.
 

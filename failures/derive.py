@@ -13,6 +13,7 @@ Its verifier comes from `expected`, the first of these that is present:
 | `output` (an object) | `json_schema` | `{"type": "object"}`, `output` as `expected` | `output` as JSON |
 | `answer` (a number) | `numeric_answer` | `answer` | `#### <answer>` |
 | `answer` (a text of at most 12 words) | `text_answer` | `answers: [answer]` | `Answer: <answer>` |
+| `episode` (`environment`, `state`, `goal`) | `episode` | the same three | `tool_calls` as `<tool_call>` blocks |
 
 (*) a bare tool of the expected name when no tools were logged. References are fenced (```sql, ```python,
 ```json) like the seeds'.
@@ -23,13 +24,20 @@ tool_call seeds: a training prompt carries no API tools. The task must pass `val
 (schema, id, params, reference, and a known-wrong answer failing); otherwise it goes to review with the
 problems as the reason.
 
+An `episode` failure is a tool loop whose expected outcome is a state: the task replays a completion's calls in
+a fresh copy of `state` and checks `goal` (`validators.verifiers.episode`). Its prompt is the conversation up to
+the agent's first tool call or tool result (the fresh state is the one the conversation started from, so the
+logged calls and results would contradict it), with the environment's tools and the reply format added to the
+system message unless every tool is named there already. A `shop` database, like `sql`'s, must be a path
+inside seeds/. The corrected `tool_calls`, when given, become the reference, which must reach the goal.
+
 **Lineage.** `source: production_failure`, `failure_id` set, `seed_id` and `parent_id` null, no generator.
 `curation.splits` roots a task without a `seed_id` at its `failure_id`, and variants made with
 `generators.base.derive_task` inherit both ids, so a failure and all its variants land on one side of a split.
 
-**Family.** The record's `family` hint, else inferred: from `expected` (`tool_call` -> tool_call, `sql` /
-`database` / `rows` -> sql, `tests` -> python_function, `output_schema` / object `output` -> json_extraction,
-a numeric `answer` -> arithmetic), else `tool_call` when tools were offered or called, else `unknown`.
+**Family.** The record's `family` hint, else inferred: from `expected` (`episode` -> episode, `tool_call` ->
+tool_call, `sql` / `database` / `rows` -> sql, `tests` -> python_function, `output_schema` / object `output` ->
+json_extraction, a numeric `answer` -> arithmetic), else `tool_call` when tools were offered or called, else `unknown`.
 
 **Review.** No `expected` (or nothing in it a registered verifier can judge: prose, rows without a query)
 sends the record to review: its redacted conversation, output, error and correction, and a YAML seed stub (the
@@ -47,9 +55,11 @@ from typing import Any
 import yaml
 
 from core import SeedwheelError
+from validators.environments import ENVIRONMENTS, environment_class
 from validators.registry import REGISTRY, VerifyContext
 from validators.tasks import compute_task_id, task_problems
 from validators.verifiers.numeric import NumberFormatError, parse_number
+from validators.verifiers.tool_call import tagged_calls
 
 UNKNOWN_FAMILY = "unknown"
 # A text answer this short is a label or a phrase (`text_answer` compares it exactly); a longer one is prose.
@@ -61,10 +71,16 @@ FAMILY_VERIFIERS = {
     "sql": "sql_result",
     "python_function": "python_tests",
     "tool_call": "tool_call",
+    "episode": "episode",
 }
 TOOL_INSTRUCTIONS = (
     "The tools you can call are listed below as JSON schemas. Reply with exactly one tool call, written as a "
     'JSON object {"name": <tool name>, "arguments": {...}}, and nothing else.'
+)
+EPISODE_INSTRUCTIONS = (
+    "The tools you can call are listed below as JSON schemas. Call one tool per turn by writing "
+    '<tool_call>{"name": <tool name>, "arguments": {...}}</tool_call>, and read its result before the next call. '
+    "When the request is handled, reply in one short message."
 )
 _TOOL_FUNCTION_KEYS = ("name", "description", "parameters", "strict")
 _ROLES = {"developer": "system", "function": "tool"}
@@ -121,6 +137,8 @@ def infer_family(record: Mapping[str, Any]) -> str:
     if record.get("family"):
         return record["family"]
     expected = record.get("expected") or {}
+    if "episode" in expected:
+        return "episode"
     if "tool_call" in expected:
         return "tool_call"
     if {"sql", "database", "rows"} & expected.keys():
@@ -179,7 +197,9 @@ def failure_task(record: Mapping[str, Any], *, context: VerifyContext | None = N
             raise _NoVerifier("no_expected", "no expected outcome to derive a verifier from")
         spec = _spec(record)
         if spec.name == "tool_call":
-            prompt = _with_tool_list(prompt, spec.params["tools"])
+            prompt = _with_tool_list(prompt, spec.params["tools"], TOOL_INSTRUCTIONS)
+        if spec.name == "episode":
+            prompt = _episode_prompt(record, environment_class(spec.params["environment"]).tools)
         if not any(message["role"] == "user" for message in prompt):
             raise _NoVerifier("no_user_message", "the conversation has no user message with text to use as a prompt")
     except _NoVerifier as exc:
@@ -213,6 +233,8 @@ def failure_task(record: Mapping[str, Any], *, context: VerifyContext | None = N
 
 def _spec(record: Mapping[str, Any]) -> _Spec:
     expected = record["expected"]
+    if "episode" in expected:
+        return _episode_spec(expected["episode"])
     if "tool_call" in expected:
         return _tool_call_spec(record, expected["tool_call"])
     if {"sql", "database", "rows"} & expected.keys():
@@ -270,17 +292,39 @@ def _sql_spec(expected: Mapping[str, Any]) -> _Spec:
             f"sql_result needs the gold query (expected.sql) and the SQLite file it runs on (expected.database, "
             f"relative to seeds/); {missing} is missing",
         )
-    database = PurePosixPath(expected["database"])
-    if database.is_absolute() or ".." in database.parts:
-        raise _NoVerifier(
-            "unsupported_expected",
-            f"expected.database {expected['database']!r} must be a path relative to seeds/ without '..' "
-            "(a log must not point the verifier at other files); copy the SQLite file under seeds/",
-        )
+    _check_seeds_path(expected["database"], "expected.database")
     params = {"database": expected["database"], "gold_query": expected["sql"]}
     if "ordered" in expected:
         params["ordered"] = expected["ordered"]
     return _Spec("sql_result", params, f"```sql\n{expected['sql'].strip()}\n```")
+
+
+def _check_seeds_path(path: str, where: str) -> None:
+    """Refuse a fixture path that is not inside seeds/: a log must not point a verifier at other files."""
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts:
+        raise _NoVerifier(
+            "unsupported_expected",
+            f"{where} {path!r} must be a path relative to seeds/ without '..' "
+            "(a log must not point the verifier at other files); copy the SQLite file under seeds/",
+        )
+
+
+def _episode_spec(episode: Mapping[str, Any]) -> _Spec:
+    missing = [key for key in ("environment", "state", "goal") if not episode.get(key)]
+    if missing or episode["environment"] not in ENVIRONMENTS:
+        raise _NoVerifier(
+            "unsupported_expected",
+            f"an episode needs expected.episode.environment (one of {', '.join(ENVIRONMENTS)}), .state (its initial "
+            'state, e.g. {"database": "sql/shop.sqlite"}) and .goal (the expected final state as changes, and '
+            f"calls); {', '.join(missing) or 'environment'} is missing or unknown",
+        )
+    state = episode["state"]
+    if isinstance(state, Mapping) and isinstance(state.get("database"), str):
+        _check_seeds_path(state["database"], "expected.episode.state.database")
+    params = {key: episode[key] for key in ("environment", "state", "goal")}
+    calls = episode.get("tool_calls")
+    return _Spec("episode", params, tagged_calls(calls) if calls else None)
 
 
 def _python_spec(expected: Mapping[str, Any]) -> _Spec:
@@ -313,8 +357,19 @@ def _json_spec(expected: Mapping[str, Any]) -> _Spec:
 
 
 def _task_prompt(record: Mapping[str, Any]) -> list[dict[str, str]]:
+    return _prompt(record["messages"])
+
+
+def _episode_prompt(record: Mapping[str, Any], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The conversation before the agent's first tool call or result, with the environment's tools."""
+    messages = record["messages"]
+    acted = (i for i, m in enumerate(messages) if m.get("tool_calls") or m["role"] in ("tool", "function"))
+    return _with_tool_list(_prompt(messages[: next(acted, len(messages))]), tools, EPISODE_INSTRUCTIONS)
+
+
+def _prompt(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     prompt = []
-    for message in record["messages"]:
+    for message in messages:
         content = message.get("content") or ""
         calls = message.get("tool_calls") or []
         if calls:
@@ -326,12 +381,14 @@ def _task_prompt(record: Mapping[str, Any]) -> list[dict[str, str]]:
     return prompt
 
 
-def _with_tool_list(prompt: list[dict[str, str]], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The prompt with the tool list in its system message, unless every tool is already named in it."""
+def _with_tool_list(
+    prompt: list[dict[str, str]], tools: list[dict[str, Any]], instructions: str
+) -> list[dict[str, str]]:
+    """The prompt with the tool list and how to call them in its system message, unless every tool is named in it."""
     text = "\n".join(message["content"] for message in prompt)
     if all(tool["function"]["name"] in text for tool in tools):
         return prompt
-    block = f"{TOOL_INSTRUCTIONS}\n\nTools:\n```json\n{json.dumps(tools, ensure_ascii=False, indent=2)}\n```"
+    block = f"{instructions}\n\nTools:\n```json\n{json.dumps(tools, ensure_ascii=False, indent=2)}\n```"
     if prompt and prompt[0]["role"] == "system":
         return [{"role": "system", "content": f"{prompt[0]['content']}\n\n{block}"}, *prompt[1:]]
     return [{"role": "system", "content": block}, *prompt]
@@ -389,7 +446,7 @@ def seed_stub(record: Mapping[str, Any], family: str, prompt: list[dict[str, str
     name = FAMILY_VERIFIERS.get(family)
     tools = _tool_schemas(record)
     if name == "tool_call" and tools:
-        prompt = _with_tool_list(prompt, tools)
+        prompt = _with_tool_list(prompt, tools, TOOL_INSTRUCTIONS)
     seed: dict[str, Any] = {
         "prompt": prompt or [{"role": "user", "content": "TODO: the request"}],
         "verifier": {
@@ -449,6 +506,13 @@ def _stub_params(name: str | None, record: Mapping[str, Any], expected: Mapping[
         return {
             "database": expected.get("database", "TODO: a SQLite file under seeds/, e.g. sql/shop.sqlite"),
             "gold_query": expected.get("sql", "TODO: the query whose result is the right answer"),
+        }
+    if name == "episode":
+        episode = expected.get("episode") or {}
+        return {
+            "environment": episode.get("environment", f"TODO: one of {', '.join(ENVIRONMENTS)}"),
+            "state": episode.get("state", "TODO: the initial state, e.g. {database: sql/shop.sqlite}"),
+            "goal": episode.get("goal", "TODO: the expected final state: {changes: [{collection, key, after}]}"),
         }
     if name == "python_tests":
         return {

@@ -65,6 +65,7 @@ EXPECTED_FIELDS = (
     "tests",
     "entry_point",
     "code",
+    "episode",
 )
 MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 _FAMILY = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -649,6 +650,7 @@ def _expected(value: Any) -> dict[str, Any] | None:
         "tests": (str, "Python test source"),
         "entry_point": (str, "a function name"),
         "code": (str, "Python source"),
+        "episode": (dict, 'an object {"environment": ..., "state": {...}, "goal": {...}, "tool_calls": [...]}'),
     }
     for key, (kinds, what) in checks.items():
         if value.get(key) is not None:
@@ -666,4 +668,12 @@ def _expected(value: Any) -> dict[str, Any] | None:
                 'write {"name": ..., "arguments": {...}}',
             )
         value = {**value, "tool_call": {"name": call["name"], "arguments": call["arguments"]}}
+    episode = value.get("episode")
+    if episode is not None and episode.get("tool_calls") is not None:
+        # The corrected episode's calls, in any logged call shape, as `{name, arguments}` like the agent's own.
+        calls = _tool_calls(episode["tool_calls"], "/expected/episode/tool_calls")
+        value = {
+            **value,
+            "episode": {**episode, "tool_calls": [{k: c[k] for k in ("name", "arguments")} for c in calls]},
+        }
     return {key: value[key] for key in EXPECTED_FIELDS if value.get(key) is not None}

@@ -74,6 +74,7 @@ from judge.run import (
     JudgmentVerdict,
     TokenPrices,
     Verdict,
+    judge_setup,
     judge_tasks,
 )
 
@@ -119,6 +120,7 @@ __all__ = [
     "describe_change",
     "format_summary",
     "judge_messages",
+    "judge_setup",
     "judge_tasks",
     "label_rows",
     "load_audit_set",

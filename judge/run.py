@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
@@ -131,6 +131,17 @@ class Judgment:
         row["verdict"] = self.verdict
         return row
 
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> Judgment:
+        """The judgment an `as_dict` row holds (a table that crossed processes: the judging shards' steps).
+
+        Example:
+            >>> Judgment.from_dict(run.judgments[0].as_dict()) == run.judgments[0]  # doctest: +SKIP
+            True
+        """
+        values = {f.name: row[f.name] for f in fields(cls)}
+        return cls(**{**values, "failed_criteria": tuple(values["failed_criteria"] or ())})
+
 
 @dataclass
 class JudgeStats:
@@ -157,6 +168,30 @@ class JudgeStats:
     tokens_out: int = 0
     judged_tokens_in: int = 0
     judged_tokens_out: int = 0
+
+    @classmethod
+    def total(cls, parts: Iterable[JudgeStats]) -> JudgeStats:
+        """The stats of runs added up (the judging shards' steps).
+
+        Example:
+            >>> JudgeStats.total([JudgeStats(calls=2, errors=Counter(x=1)), JudgeStats(calls=3, errors=Counter(x=1))])
+            JudgeStats(tasks=0, judgments=0, requests=0, repair_requests=0, calls=5, cached=0, repaired=0, \
+accepted=0, rejected=0, judge_errors=0, errors=Counter({'x': 2}), tokens_in=0, tokens_out=0, judged_tokens_in=0, \
+judged_tokens_out=0)
+        """
+        total = cls()
+        for part in parts:
+            for name in (f.name for f in fields(cls)):
+                setattr(total, name, getattr(total, name) + getattr(part, name))
+        return total
+
+    def record(self) -> dict[str, Any]:
+        """Plain data (`errors` a dict) that `from_record` turns back into these stats."""
+        return {**asdict(self), "errors": dict(self.errors)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> JudgeStats:
+        return cls(**{**record, "errors": Counter(record["errors"] or {})})
 
     def cost(self, prices: TokenPrices, *, include_cached: bool = False) -> float:
         """The estimated price of this run's calls (or, with `include_cached`, of a run without a cache).
@@ -325,7 +360,15 @@ def judge_tasks(
         stats.repair_requests,
         stats.repaired,
     )
-    return JudgeRun(judgments, stats, JudgeSetup.of(prompt, client.config))
+    return JudgeRun(judgments, stats, judge_setup(client, rubric=rubric, params=params))
+
+
+def judge_setup(
+    client: LLMClient, *, rubric: Rubric = DEFAULT_RUBRIC, params: Mapping[str, Any] | None = None
+) -> JudgeSetup:
+    """The setup `judge_tasks(client=client, rubric=rubric, params=params)` judges under (what its judgments' cache
+    keys depend on), known without a call: the record a sharded run keeps once for all its shards."""
+    return JudgeSetup.of(JudgePrompt(rubric, params), client.config)
 
 
 def _judgment(

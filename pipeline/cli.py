@@ -148,6 +148,39 @@ def verify(tasks: Path, completions: Path, output: Path | None) -> None:
 
 
 @main.command()
+@click.argument("tasks", type=click.Path(exists=True, path_type=Path))
+@click.argument("episodes", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@seedwheel_errors(usage=True)
+def replay(tasks: Path, episodes: Path) -> None:
+    """Replay saved episodes of `episode` tasks, each in a fresh environment: verdict, end reason, calls, state diff.
+
+    TASKS as for `verify`. EPISODES is a JSONL of {"task_id", "completion"} rows, as `verify` reads them, whose
+    completion is the episode: OpenAI-style chat messages with `tool_calls` (or text with <tool_call> blocks).
+    Exit 1 when an episode fails.
+    """
+    from validators.audit import completion_rows, load_tasks
+    from validators.registry import VerifyContext
+    from validators.verifiers.episode import replay as replay_episode
+
+    settings = Settings.from_env()
+    context = VerifyContext(seeds_dir=settings.seeds_dir)
+    loaded = load_tasks(tasks, context=context)
+    failed = 0
+    for line, task_id, completion in completion_rows(episodes, loaded, tasks):
+        task = loaded[task_id]
+        if task["verifier"]["name"] != "episode":
+            name = task["verifier"]["name"]
+            raise click.UsageError(
+                f"{episodes}:{line}: task {task_id} is a {name} task; score it with seedwheel verify"
+            )
+        result = replay_episode(task["verifier"]["params"], completion, context, prompt=task.get("prompt", ()))
+        failed += not result.verdict.passed
+        click.echo("\n".join([f"{episodes}:{line} task {task_id}", *result.describe(), ""]))
+    if failed:
+        sys.exit(1)
+
+
+@main.command()
 @click.argument("input_path", metavar="INPUT.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--text-field", default="text", show_default=True, help="Field with the text; dotted for nested.")
 @click.option("--threshold", type=float, default=None, help="Near-duplicate Jaccard threshold (default: measured).")
@@ -260,6 +293,75 @@ def _progress(what: str) -> Callable[[int, int], None]:
 
 
 @main.command()
+@click.option("--profile", type=click.Choice(PROFILES), help="Default: $SEEDWHEEL_PROFILE, else quickstart.")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+@click.option("--model-size", default=None, help="Price a model of this size instead of the configured one: 0.5B, 8B.")
+@click.option("--gpu", default=None, help="A device of training/throughputs.csv (h100, a100, cpu-2core).")
+@click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="Devices training together.")
+@click.option("--prompts", type=click.IntRange(min=1), default=None, help="GRPO prompts, when no split is stored.")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=None, help="Mean prompt length, likewise.")
+@click.option("--eval-tasks", type=click.IntRange(min=1), default=None, help="Eval tasks, when no split is stored.")
+@click.option("--grpo", "grpo_values", multiple=True, metavar="KEY=VALUE", help="A GRPO setting (JSON value); repeat.")
+@seedwheel_errors(usage=True)
+def plan(
+    profile: str | None,
+    home: Path | None,
+    model_size: str | None,
+    gpu: str | None,
+    gpus: int,
+    prompts: int | None,
+    prompt_tokens: int | None,
+    eval_tasks: int | None,
+    grpo_values: tuple[str, ...],
+) -> None:
+    """What the next GRPO run will cost (tokens, FLOPs, wall time, memory, signal) and what makes it wasteful.
+
+    Reads the stored splits and difficulty profile when there are any, else plans from the flags and says what it
+    assumed. Starts no run: `seedwheel plan --model-size 8B --gpu h100 --gpus 8` answers a what-if.
+    """
+    from pipeline.plan import plan_from_settings
+
+    grpo = {}
+    for item in grpo_values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: give KEY=VALUE, e.g. num_generations=16", param_hint="--grpo")
+        try:
+            grpo[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            raise click.BadParameter(
+                f"{item!r}: the value is not JSON (numbers as is, text quoted)", param_hint="--grpo"
+            ) from None
+    settings = Settings.from_env(profile=profile, home=home)
+    report = plan_from_settings(
+        settings,
+        model_size=model_size,
+        device=gpu,
+        gpus=gpus,
+        prompts=prompts,
+        prompt_tokens=prompt_tokens,
+        eval_tasks=eval_tasks,
+        grpo=grpo,
+    )
+    budget = report.budget
+    for row in budget.table():
+        click.echo(f"{row['quantity']:<30} {row['value']}")
+        click.echo(f"{'':<30} ({row['how']})")
+    click.echo("\nassumed:")
+    for line in budget.assumed:
+        click.echo(f"- {line}")
+    click.echo("\nadvice:" if budget.advice else "\nadvice: nothing to flag")
+    for line in budget.advice:
+        click.echo(f"- {line}")
+    if report.calibration is not None:
+        ratio = report.calibration.get("wall_time_ratio")
+        click.echo(
+            "\nlast run: predicted / measured wall time "
+            + (f"{ratio:.2f}" if ratio is not None else f"not comparable ({report.calibration.get('problems')})")
+        )
+
+
+@main.command()
 @click.argument("ident", metavar="CHECKPOINT_OR_TASK_ID")
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
 def lineage(ident: str, home: Path | None) -> None:
@@ -268,6 +370,29 @@ def lineage(ident: str, home: Path | None) -> None:
 
     settings = Settings.from_env(home=home)
     click.echo(explain(settings.home, ident))
+
+
+@main.command()
+@click.option("--home", default=None, help="Storage root: a folder or s3://bucket/prefix. Default: $SEEDWHEEL_HOME.")
+@click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True, help="Newest manifests kept.")
+@click.option(
+    "--min-age-hours",
+    type=click.FloatRange(min=0),
+    default=24.0,
+    show_default=True,
+    help="Delete nothing younger: longer than any step takes to read or commit a folder.",
+)
+def prune(home: str | None, keep: int, min_age_hours: float) -> None:
+    """Delete the storage root's garbage: superseded manifests and objects no manifest names (an object store),
+    and the step outputs of runs that failed before their merge. Run it from cron or a schedule."""
+    from pipeline.resources import StorageRoot
+
+    root = StorageRoot(root=str(Settings.from_env(home=home).home))
+    rows = root.prune(keep=keep, min_age_s=min_age_hours * 3600)
+    for row in rows:
+        click.echo(f"{row['what']}: {row['manifests']} manifests, {row['objects']} files, {row['bytes']:,} bytes")
+    total = sum(row["bytes"] for row in rows)
+    click.echo(f"pruned {len(rows)} place(s) under {root.root}, {total:,} bytes" if rows else "nothing to prune")
 
 
 @main.group()

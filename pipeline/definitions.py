@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import curation, evaluation, failures, generation, groups, judging, seeds, splits, training
+from assets import budget, curation, evaluation, failures, generation, groups, judging, seeds, splits, training
 from pipeline.instance import EXCLUSIVE_TAG
 from pipeline.profiles import ProfileResources, profile_resources
 from pipeline.resources import FailureInbox, SeedRepository, StorageRoot
@@ -44,7 +44,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     """Definitions wired to `settings` (storage root, seeds folder, profile, user verifiers); the profile's
     resources and switches come from `pipeline.profiles`."""
     settings.register_verifier_plugins()  # also in each step process, which re-imports this code location
-    modules = [seeds, failures, generation, curation, judging, splits, training, evaluation]
+    modules = [seeds, failures, generation, curation, judging, splits, training, budget, evaluation]
     profile = profile_resources(settings)
     return dg.Definitions(
         assets=[

@@ -124,10 +124,16 @@ def production(settings: Settings) -> ProfileResources:
     """Served models on GPU machines (vLLM when no endpoint URL is set); the judge's labels filter the splits."""
     return ProfileResources(
         llm=LLMEndpoint(**_endpoint(settings), local_backend="vllm", max_concurrency=32, **GENERATION_PARAMS),
-        plan=VariantPlan(per_seed=5, rewrite_kinds=["paraphrase", "harder", "distractors"], rewrites_per_kind=2),
+        # Programmatic generation in eight shards, one step each (the LLM rewrites: one step beside them).
+        plan=VariantPlan(
+            per_seed=5, rewrite_kinds=["paraphrase", "harder", "distractors"], rewrites_per_kind=2, generation_shards=8
+        ),
         # Validation in eight shards, one step each: at least one per worker (Celery, Kubernetes pods), which check
         # a shard with a thread per CPU they have (`validation_threads`).
         policy=CurationPolicy(validation_shards=8),
+        # The judge stays one step: its load goes to the endpoint, which one step's `max_concurrency` requests
+        # keep busy; set `judge_shards` when each worker has its own endpoint (a GPU per pod) or the endpoint is a
+        # fleet that scales with load.
         judge=JudgePolicy(use_labels="accepted"),
         training=TrainingPolicy(
             **_training(settings),

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from urllib.parse import urlparse
@@ -24,12 +27,13 @@ from upath import UPath
 
 from core.database import DATABASE_URL_ENV, database_url
 from core.errors import SeedwheelError
-from core.folders import is_remote, working_copy
+from core.folders import committed_folders, is_remote, modified, read_only_copy, working_copy
+from core.shards import shard_count
 from core.state import StateStore
 from curation.dedup import DedupIndex, MinHashConfig
 from curation.shards import ShardConfig
 from curation.split_ledger import SplitLedger
-from curation.splits import SplitConfig
+from curation.splits import SplitConfig, first_per_family
 from generators.rewrite import REWRITE_KINDS
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
@@ -43,6 +47,7 @@ from training.sft import SFTSettings
 from validators.cache_store import CacheStore
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
+from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
 if TYPE_CHECKING:
@@ -52,6 +57,9 @@ if TYPE_CHECKING:
 SPLITS_FOLDER = "splits"  # the split ledger: every lineage root's side, append-only (curation.split_ledger)
 DEDUP_INDEX_FOLDER = "dedup_index"  # the accepted tasks of earlier runs, one folder per MinHash config
 CHECKPOINTS_FOLDER = "checkpoints"  # one manifest per trained checkpoint (curation.manifests)
+TRAINING_FOLDER = "training"  # a run folder per trained checkpoint, `training/<stage>/<digest>`, the model in it
+# Under the temporary folder: read-only copies of checkpoints on an object store, by content (`model_dir`).
+CHECKPOINT_CACHE_FOLDER = "seedwheel-checkpoints"
 VALIDATION_CACHE_FOLDER = "validation_cache"  # verdicts by content (validators.tasks.verdict_key)
 EXPORT_FOLDER = "export"  # the splits (and preference pairs) as Parquet + JSONL for TRL (validators.export)
 JUDGE_HISTORY_FOLDER = "judge_history"  # the judge's setup per asset: its model, prompt and rubric (judge.history)
@@ -147,16 +155,17 @@ DEFAULT_MIN_REFERENCE_CORRECTNESS: int = AcceptanceRule().minimum("reference_cor
 
 
 class StorageError(SeedwheelError, ValueError):
-    """The storage root cannot hold what a step asks of it (an object store without the database, a file system
-    path on an object store)."""
+    """The storage root cannot hold what a step asks of it (an object store without the database)."""
 
 
 class StorageRoot(dg.ConfigurableResource):
-    """The storage root, for the data assets keep beside their tables (indexes, exports, caches): the table
-    storage's root (`pipeline.storage.TableStorage`), a local folder or an object-store URL (`s3://bucket/prefix`).
+    """The storage root, for the data assets keep beside their tables (indexes, exports, caches, training runs):
+    the table storage's root (`pipeline.storage.TableStorage`), a local folder or an object-store URL
+    (`s3://bucket/prefix`).
 
-    Side-state folders are read and written through `folder()`: the folder itself when local, a working copy
-    committed back by manifest on an object store (`core.folders`).
+    Side-state folders and training run folders are read and written through `folder()`: the folder itself when
+    local, a working copy committed back by manifest on an object store (`core.folders`). A checkpoint is named by
+    its `location()`, a path or a URL, and loaded through `model_dir()`.
     """
 
     root: str
@@ -169,20 +178,10 @@ class StorageRoot(dg.ConfigurableResource):
         """Whether the root is an object store."""
         return is_remote(self.root)
 
-    def path(self, *parts: str) -> Path:
-        """A path under a local root, for what needs a file system (training's run folders and checkpoints)."""
-        if self.remote:
-            raise StorageError(
-                f"{'/'.join(parts)} needs a file system, and the storage root {self.root} is an object store",
-                hint="training reads and writes a local storage root (a volume its pods mount); keep SEEDWHEEL_HOME "
-                "a path for the training job",
-            )
-        return Path(self.root, *parts)
-
     def folder(self, *parts: str) -> AbstractContextManager[Path]:
-        """The side-state folder `<root>/<parts>` as a local folder for the block: itself on a local root; on an
-        object store a working copy, committed (by manifest) when the block succeeds (`core.folders`)."""
-        return working_copy(self.location(*parts) if self.remote else self.path(*parts))
+        """The folder `<root>/<parts>` as a local folder for the block: itself on a local root; on an object store
+        a working copy, committed (by manifest) when the block succeeds (`core.folders`)."""
+        return working_copy(self.location(*parts))
 
     @contextmanager
     def cache(self, *parts: str) -> Iterator[CacheStore]:
@@ -192,7 +191,17 @@ class StorageRoot(dg.ConfigurableResource):
 
     def location(self, *parts: str) -> str:
         """Where `<root>/<parts>` is, as a person reads it: a path, or a URL on an object store."""
-        return "/".join([self.root.rstrip("/"), *parts])
+        if self.remote:
+            return "/".join([self.root.rstrip("/"), *parts])
+        return str(Path(self.root, *parts))
+
+    def model_dir(self, checkpoint: str) -> str:
+        """A model to load `checkpoint` from: a local directory or hub id as it is; a checkpoint on an object store
+        (a URL inside a committed run folder) as a read-only local copy under `<temp dir>/seedwheel-checkpoints/`,
+        downloaded once per content and reused by every later caller on the machine (`core.folders`)."""
+        if not is_remote(checkpoint):
+            return checkpoint
+        return str(read_only_copy(checkpoint, Path(tempfile.gettempdir(), CHECKPOINT_CACHE_FOLDER)))
 
     def state(self) -> StateStore:
         """Where the records overlapping runs share live and how they take turns (`core.state`): the database the
@@ -226,11 +235,48 @@ class StorageRoot(dg.ConfigurableResource):
             if files:
                 run.fs.rm(files)
             return
-        folder = self.path(STEP_OUTPUTS_FOLDER, run_id)
+        folder = Path(self.location(STEP_OUTPUTS_FOLDER, run_id))
         for step in folder.glob(f"{prefix}*"):
             shutil.rmtree(step)
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
+
+    def prune(self, *, keep: int = 2, min_age_s: float = 86_400.0, now: float | None = None) -> list[dict[str, Any]]:
+        """Delete the root's garbage once it is older than `min_age_s`, and say what went.
+
+        - On an object store, each committed folder's superseded manifests (all but the newest `keep`) and the
+          objects no remaining manifest names: uploads of killed commits, files of old generations
+          (`core.folders.RemoteFolder.prune`, which says why the age makes it safe).
+        - On either kind of root, the step outputs of runs that failed before their merge (`steps/<run id>/`,
+          kept until then for a re-execution from the failed step).
+
+        Returns:
+            A row per place that had garbage: `what` (its location), `manifests`, `objects` (files), `bytes`.
+        """
+        now = time.time() if now is None else now
+        rows = []
+        if self.remote:
+            for folder in committed_folders(self.root):
+                pruned = folder.prune(keep=keep, min_age_s=min_age_s, now=now)
+                if pruned.manifests or pruned.objects:
+                    rows.append({"what": folder.url, **asdict(pruned)})
+        steps = UPath(self.location(STEP_OUTPUTS_FOLDER))
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for name, info in (steps.fs.find(steps.path, detail=True) if steps.exists() else {}).items():
+            runs.setdefault(name[len(steps.path) :].lstrip("/").split("/", 1)[0], []).append(info)
+        for run, files in sorted(runs.items()):
+            if now - max(modified(info) for info in files) >= min_age_s:
+                steps.fs.rm(str(steps / run), recursive=True)
+                size = sum(int(info["size"]) for info in files)
+                rows.append(
+                    {
+                        "what": self.location(STEP_OUTPUTS_FOLDER, run),
+                        "manifests": 0,
+                        "objects": len(files),
+                        "bytes": size,
+                    }
+                )
+        return rows
 
 
 class SeedRepository(dg.ConfigurableResource):
@@ -333,9 +379,16 @@ class VariantPlan(dg.ConfigurableResource):
     rewrites_per_kind: int = 1
     # Rewrite at most this many parents per family (None: all), the easiest first: caps the LLM calls.
     rewrite_max_per_family: int | None = None
+    # Programmatic generation in shards (`core.shards`): `task_variants` generates each hash range of parent ids
+    # in its own step, so an executor with N workers runs it about N times faster (the rewrites: one step beside).
+    generation_shards: int = 1
+
+    def shards(self) -> int:
+        return shard_count(self.generation_shards, "generation_shards")
 
     def check(self, known_families: set[str]) -> None:
         """Fail before any work or LLM call when the plan cannot work, with the fix in the message."""
+        self.shards()
         if self.per_seed < 0 or self.rewrites_per_kind < 0:
             raise ValueError(
                 f"per_seed ({self.per_seed}) and rewrites_per_kind ({self.rewrites_per_kind}) must be >= 0"
@@ -428,6 +481,12 @@ class JudgePolicy(dg.ConfigurableResource):
     max_judge_error: float = FLOOR_FIELDS.default("max_judge_error")
     price_in_per_1k: float = PRICE_FIELDS.default("price_in_per_1k")
     price_out_per_1k: float = PRICE_FIELDS.default("price_out_per_1k")
+    # Judging in shards (`core.shards`): `judged_tasks` judges each hash range of task ids in its own step, so
+    # N workers (each with its own client, `llm.max_concurrency` requests in flight) send about N times the load.
+    judge_shards: int = 1
+
+    def shards(self) -> int:
+        return shard_count(self.judge_shards, "judge_shards")
 
     def kept(self, judged: pd.DataFrame) -> pd.DataFrame:
         """The judged tasks the splits keep (by `use_labels`), as plain task records."""
@@ -522,6 +581,14 @@ class PromotionGate(dg.ConfigurableResource):
     def registry(self, store: StateStore) -> PromotionRegistry:
         """The promotion record: the file at `registry_path`, or the table in `store`'s database."""
         return PromotionRegistry(self.registry_path, store)
+
+    def eval_tasks(self, eval_tasks: pd.DataFrame, failure_eval: pd.DataFrame) -> list[dict[str, Any]]:
+        """The eval tasks `checkpoint_eval` scores, as task records in split order: the first `max_per_family` of
+        each family (`curation.splits.first_per_family`), and every held-out production failure."""
+        tasks = records_from_frame(eval_tasks[list(TASK_FIELDS)])
+        failure_ids = set(failure_eval["task_id"])
+        chosen = set(first_per_family(tasks, self.max_per_family))
+        return [task for i, task in enumerate(tasks) if i in chosen or task["task_id"] in failure_ids]
 
 
 # Every resource that mirrors a library config class, with its `Mirror` (tests/pipeline/test_resource_defaults.py).

@@ -28,11 +28,12 @@ from validators.seeds import load_seeds
 from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
 
-FAMILIES = {"arithmetic", "json_extraction", "sql", "python_function", "tool_call"}
+FAMILIES = {"arithmetic", "json_extraction", "sql", "python_function", "tool_call", "episode"}
 ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
     *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
     *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
+    *("training_budget", "budget_calibration"),
     "preference_pairs",
     *("failure_tasks", "review_queue", "failure_eval"),  # failure_logs is per file: ingested before the run
 }
@@ -262,6 +263,18 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     assert passed["baseline"] > 0 and passed["candidate"] > 0
     decision = asset(summary, "promotion").metadata
     assert decision["candidate"] == grpo["checkpoint"] and decision["reasons"]
+
+
+def test_the_budget_planned_the_real_grpo_run_within_2x(quickstart):
+    settings, summary = quickstart
+    plan = asset(summary, "training_budget").metadata
+    assert plan["steps"] == read_table(settings.home / "grpo_checkpoint.parquet").iloc[0]["steps"]
+    assert plan["prompt_tokens"] > 0 and "groups with signal" in plan["plan"]
+    calibration = asset(summary, "budget_calibration").metadata
+    # The plan (bench-measured CPU throughputs x measured tokens) against the real run's wall time on the CPU.
+    assert calibration["comparable"], calibration["problems"]
+    assert 0.5 <= calibration["wall_time_ratio"] <= 2.0, calibration
+    assert 0.5 <= calibration["tokens_ratio"] <= 2.0, calibration
 
 
 def weights_differ(first: Path, second: Path) -> bool:

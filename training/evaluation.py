@@ -15,11 +15,14 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.stats import EvaluationError
 from validators.batch import verify_many
 from validators.registry import VerifyContext
+
+if TYPE_CHECKING:  # torch and the engine load on first use
+    from llm.generation import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +139,27 @@ def sample_and_score(
     return SampledVerdicts(passed=passed, families=families, rows=rows)
 
 
+def readable_in_order(engine: Engine, prompts: Sequence[list[int]], max_new_tokens: int, what: str) -> list[int]:
+    """The indexes of the `prompts` (token ids) the engine's model can read whole with `max_new_tokens` more, sorted
+    by their tokens; the others are logged (as `what`: "prompts", "episodes") and cannot be answered.
+
+    Sorted, a batch's prompts start alike and share their family's system message, which the engine prefills once
+    (rows of very different lengths it prefills apart, so a long tool list does not pad the short prompts beside
+    it).
+    """
+    fits = [i for i, prompt in enumerate(prompts) if engine.fits(len(prompt), max_new_tokens)]
+    if len(fits) < len(prompts):
+        logger.warning(
+            "%d of %d %s plus max_new_tokens=%d exceed the model's %s positions: their samples are empty",
+            len(prompts) - len(fits),
+            len(prompts),
+            what,
+            max_new_tokens,
+            engine.context_length,
+        )
+    return sorted(fits, key=lambda i: prompts[i])
+
+
 def _generate(
     model_path_or_id: str | os.PathLike[str],
     conversations: list[list[dict[str, Any]]],
@@ -160,21 +184,7 @@ def _generate(
     engine = Engine(model, tokenizer)
     prompts = [engine.prompt_ids(conversation) for conversation in conversations]
     texts: list[list[str]] = [[""] * k for _ in conversations]
-    fits = [i for i, prompt in enumerate(prompts) if engine.fits(len(prompt), max_new_tokens)]
-    if len(fits) < len(prompts):
-        # Such a prompt cannot be read whole by this model, so it cannot be answered: its samples stay empty
-        # and fail their verifier.
-        logger.warning(
-            "%d of %d prompts plus max_new_tokens=%d exceed the model's %s positions: their samples are empty",
-            len(prompts) - len(fits),
-            len(prompts),
-            max_new_tokens,
-            engine.context_length,
-        )
-    # Batches of prompts that start alike: sorted by their tokens, a batch's prompts share their family's system
-    # message, which the engine prefills once (rows of very different lengths it prefills apart, so a long tool
-    # list does not pad the short prompts beside it).
-    order = sorted(fits, key=lambda i: prompts[i])
+    order = readable_in_order(engine, prompts, max_new_tokens, "prompts")  # the others' samples stay empty
     per_batch = max(1, batch_size // k)
     done = 0
     for start in range(0, len(order), per_batch):

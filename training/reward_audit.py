@@ -14,7 +14,8 @@ callables, `trainer_state`) and checks two things:
    it rejects).
 2. **Probes** over a task set (e.g. the training tasks): completions that ignore the task must not score.
    `empty` (""), `constant` (`policy.constant_text`, "42"), `majority_reference` (each family's most common
-   reference, the answer a policy could learn to always give), `random` (seeded printable noise) and
+   reference, the answer a policy could learn to always give; not on the tasks whose own reference it is, where it
+   is the gold), `random` (seeded printable noise) and
    `echo_prompt` (the last user message repeated back). Each probe's mean reward must stay at or below
    `policy.max_probe_score` overall *and in every family* (a reward broken for one small family would
    otherwise hide in the overall mean).
@@ -523,7 +524,7 @@ def _messages(task: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def probe_completions(
     tasks: Sequence[Mapping[str, Any]], probe: str, *, constant_text: str = "42", seed: int = 0
-) -> list[str]:
+) -> list[str | None]:
     """The completions a probe sends for each task (see the module docstring for what each probe is).
 
     Args:
@@ -533,7 +534,8 @@ def probe_completions(
         seed: the `random` probe's seed.
 
     Returns:
-        One completion text per task.
+        One completion text per task, or None where the probe does not apply (the majority reference on the
+        tasks whose own reference it is).
 
     Example:
         >>> probe_completions([{"family": "a", "prompt": "2+2?"}], "echo_prompt")
@@ -551,12 +553,14 @@ def probe_completions(
                 by_family.setdefault(str(task.get("family")), Counter())[reference] += 1
         # Counter.most_common keeps first-seen order among ties, so the choice is stable for a given task order.
         majority = {family: counts.most_common(1)[0][0] for family, counts in by_family.items()}
-        return [majority.get(str(task.get("family")), "") for task in tasks]
+        # Not on the tasks whose own reference it is: there it is the gold, and paying it is right.
+        texts = [majority.get(str(task.get("family")), "") for task in tasks]
+        return [None if text == task.get("reference") else text for text, task in zip(texts, tasks, strict=True)]
     if probe == "random":
         rng = random.Random(seed)
         return ["".join(rng.choices(_RANDOM_ALPHABET, k=_RANDOM_LENGTH)) for _ in tasks]
     if probe == "echo_prompt":
-        out = []
+        out: list[str | None] = []
         for task in tasks:
             users = [m for m in _messages(task) if m.get("role", "user") == "user"]
             out.append(str(users[-1].get("content", "")) if users else "")
@@ -588,15 +592,22 @@ def _audit_probes(
     numbers["probe/tasks"] = len(tasks)
     for probe in policy.probes:
         completions = probe_completions(tasks, probe, constant_text=policy.constant_text, seed=policy.seed)
-        scored = score_with_rewards(reward_funcs, weights, prompts, completions, columns)
+        probed = [i for i, text in enumerate(completions) if text is not None]
+        scored = score_with_rewards(
+            reward_funcs,
+            weights,
+            [prompts[i] for i in probed],
+            [completions[i] or "" for i in probed],
+            {name: [values[i] for i in probed] for name, values in columns.items()},
+        )
         if scored.error:
             checks.append(AuditCheck(f"probe/{probe}/error", False, f"probe {probe}: {scored.error}"))
             continue
         by_family: dict[str, list[float]] = {}
-        for i, (family, score) in enumerate(zip(families, scored.scores, strict=True)):
+        for i, score in zip(probed, scored.scores, strict=True):
             if score is not None:
                 covered[i] = True
-                by_family.setdefault(family, []).append(score)
+                by_family.setdefault(families[i], []).append(score)
         overall = _mean([s for s in scored.scores if s is not None])
         family_means = {family: _mean(values) for family, values in sorted(by_family.items())}
         numbers[f"probe/{probe}/mean"] = overall

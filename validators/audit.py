@@ -176,6 +176,33 @@ def _load_seed_tasks(path: Path, context: VerifyContext | None) -> dict[str, dic
     return {task["task_id"]: task for task in seed_set.tasks}
 
 
+def completion_rows(
+    completions_path: Path, tasks: Mapping[str, Any], tasks_path: Path
+) -> Iterator[tuple[int, str, str | dict[str, Any] | list[Any]]]:
+    """`(line, task_id, completion)` for each row of a completions file, each row checked against `tasks`.
+
+    Raises:
+        AuditInputError: a malformed line, a missing field, a task_id absent from `tasks` (read from `tasks_path`),
+            or a completion that is neither text nor chat messages.
+    """
+    for line, record in _read_jsonl(completions_path, "completions"):
+        fix = 'each row looks like {"task_id": "...", "completion": "..."}'
+        task_id = _require(record, "task_id", completions_path, line, fix)
+        completion = _require(record, "completion", completions_path, line, fix)
+        if task_id not in tasks:
+            raise AuditInputError(
+                completions_path,
+                line,
+                f"task_id {task_id} is not in {tasks_path}",
+                "audit against the matching tasks file",
+            )
+        if not isinstance(completion, str | dict | list):
+            raise AuditInputError(
+                completions_path, line, f"completion is a {type(completion).__name__}", "give text or chat messages"
+            )
+        yield line, task_id, completion
+
+
 def audit(
     tasks_path: str | Path, completions_path: str | Path, *, context: VerifyContext | None = None
 ) -> AuditReport:
@@ -200,21 +227,7 @@ def audit(
     tasks_path, completions_path = Path(tasks_path), Path(completions_path)
     tasks = load_tasks(tasks_path, context=context)
     rows: list[dict[str, Any]] = []
-    for line, record in _read_jsonl(completions_path, "completions"):
-        fix = 'each row looks like {"task_id": "...", "completion": "..."}'
-        task_id = _require(record, "task_id", completions_path, line, fix)
-        completion = _require(record, "completion", completions_path, line, fix)
-        if task_id not in tasks:
-            raise AuditInputError(
-                completions_path,
-                line,
-                f"task_id {task_id} is not in {tasks_path}",
-                "audit against the matching tasks file",
-            )
-        if not isinstance(completion, str | dict | list):
-            raise AuditInputError(
-                completions_path, line, f"completion is a {type(completion).__name__}", "give text or chat messages"
-            )
+    for line, task_id, completion in completion_rows(completions_path, tasks, tasks_path):
         task = tasks[task_id]
         try:
             verdict = verify(task, completion, context=context)

@@ -23,6 +23,9 @@ from core import SeedwheelError
 from validators.pointers import json_pointer
 
 ENTRY_POINT_GROUP = "seedwheel.verifiers"
+# Importing these registers the built-in verifiers. The episode verifier is a module of its own, imported after
+# the package: its environments reuse the other verifiers' helpers, so the package cannot import it itself.
+BUILTIN_MODULES = ("validators.verifiers", "validators.verifiers.episode")
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,8 @@ class Registry:
         with self._load_lock:
             if self._loaded:
                 return
-            importlib.import_module("validators.verifiers")  # registers the built-ins
+            for module in BUILTIN_MODULES:
+                importlib.import_module(module)
             for ep in entry_points(group=ENTRY_POINT_GROUP):
                 self.register(ep.load())
             self._loaded = True

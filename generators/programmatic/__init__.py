@@ -7,6 +7,7 @@
 | `sql` | `sql_literal_swap` | literals the question states, swapped for other values of the same column |
 | `python_function` | `python_function_respec` | the entry point's name, plus tests computed by the reference |
 | `tool_call` | `tool_call_resample` | argument values the request states |
+| `episode` | `episode_resample` | a shop episode's customer, orders and amounts (the goal recomputed by running) |
 
 A parent whose family has no generator gets one reject row with code `no_generator` rather than silence, so a
 new seed family shows up in the rejects table instead of quietly producing nothing.
@@ -20,6 +21,7 @@ from typing import Any
 
 from generators.base import GenerationResult, Generator, last_user_index, reject_row
 from generators.programmatic.arithmetic import ArithmeticResample
+from generators.programmatic.episode import EpisodeResample
 from generators.programmatic.json_extraction import JsonExtractionResample
 from generators.programmatic.python_function import PythonFunctionRespec
 from generators.programmatic.sql import SqlLiteralSwap
@@ -30,13 +32,14 @@ from validators.tasks import TASK_FIELDS, canonical_json
 
 
 def programmatic_generators(context: VerifyContext | None = None) -> dict[str, Generator]:
-    """One generator per family; `context` says where the SQL and Python generators find their fixtures."""
+    """One generator per family; `context` says where the SQL, Python and episode generators find their fixtures."""
     return {
         "arithmetic": ArithmeticResample(),
         "json_extraction": JsonExtractionResample(),
         "sql": SqlLiteralSwap(context),
         "python_function": PythonFunctionRespec(context),
         "tool_call": ToolCallResample(),
+        "episode": EpisodeResample(context),
     }
 
 
@@ -161,6 +164,7 @@ def _variants_of(
 __all__ = [
     "PROGRAMMATIC_GENERATORS",
     "ArithmeticResample",
+    "EpisodeResample",
     "JsonExtractionResample",
     "PythonFunctionRespec",
     "SqlLiteralSwap",

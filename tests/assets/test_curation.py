@@ -9,7 +9,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from curation.shards import shard_of
+from core.shards import shard_of
 from curation.splits import SplitConfig, plan_splits
 from generators.base import derive_task
 from pipeline.instance import open_instance
@@ -142,7 +142,7 @@ def test_no_tasks_to_check_make_no_shard_step(settings, arithmetic_seeds):
 def test_zero_shards_fail_the_run_naming_the_setting(settings, arithmetic_seeds):
     plant(settings, arithmetic_seeds, mixed_variants(arithmetic_seeds)[1])
     summary = materialize(settings, "validated_tasks", resources={"policy": {"validation_shards": 0}})
-    assert not summary.success and "set validation_shards on the policy resource" in " ".join(summary.failures)
+    assert not summary.success and "validation_shards must be a whole number" in " ".join(summary.failures)
 
 
 @pytest.mark.slow  # a process per step, each loading the code location: about 15 s on 2 cores

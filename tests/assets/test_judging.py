@@ -1,12 +1,15 @@
-"""judged_tasks against a fake judge: its metadata says whether and why everything was judged again, with plots."""
+"""judged_tasks against a fake judge: its metadata says whether and why everything was judged again, with plots;
+judging in shards labels as one step."""
 
 import dataclasses
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from core.shards import shard_of
 from pipeline.runs import materialize
 from tests.fake_server import FakeOpenAIServer
 from validators.registry import VerifyContext
@@ -68,3 +71,30 @@ def test_an_unreadable_history_is_reported_not_fatal(settings, judge_server, pla
     metadata = judged_metadata(settings)
     assert metadata["rejudged"].startswith("unknown: the previous judge setup could not be read")
     assert json.loads(history.read_text())["setup"]["model"] == "judge-a"  # replaced by a good record
+
+
+def judge_in_shards(settings, shards: int) -> tuple[dict[str, Any], bytes]:
+    resources = {"judge": {"max_per_family": None, "judge_shards": shards}}
+    summary = materialize(settings, "judged_tasks", resources=resources)
+    assert summary.success, summary.failures
+    [judged] = [a for a in summary.assets if a.key == "judged_tasks"]
+    return judged.metadata, (settings.home / "judged_tasks.parquet").read_bytes()
+
+
+def test_three_shards_label_as_one_step(settings, judge_server, planted):
+    settings = dataclasses.replace(settings, llm_base_url=judge_server.base_url, llm_model="judge-a")
+    one_meta, one = judge_in_shards(settings, 1)
+    # Another judge model, so the shards call the endpoint again (same answers: the labels cannot differ).
+    three_meta, three = judge_in_shards(dataclasses.replace(settings, llm_model="judge-b"), 3)
+    assert three == one
+    balance = Counter(shard_of(task["task_id"], 3) for task in planted)
+    table = [line.split("|") for line in three_meta["shard_balance"].splitlines()[2:]]  # | shard | tasks | calls |
+    assert {int(cells[1]): (int(cells[2]), int(cells[3])) for cells in table} == {
+        k: (n, n) for k, n in balance.items()
+    }
+    assert (three_meta["shards"], three_meta["shard_steps"]) == (3, len(balance)) and len(balance) >= 2
+    # The shards' numbers add up to one run's: every task judged once, each a call of its own.
+    for meta in (one_meta, three_meta):
+        assert (meta["judged"], meta["llm_calls_made"], meta["llm"]["judgments"]) == (6, 6, 6)
+    assert three_meta["rejudged"] == "judge model judge-a -> judge-b"  # the history is written once, by the merge
+    assert not list((settings.home / "steps").iterdir()), "the merged shards' scratch was left behind"

@@ -1,4 +1,5 @@
-"""Training and evaluation assets on planted tables: the reward audit gates training, and the promotion gate decides.
+"""Training and evaluation assets on planted tables: the reward audit gates training, the promotion gate decides,
+and training on an object-store root (moto's S3 server) keeps its checkpoints there.
 
 Upstream tables are written as a previous run would have left them, so each test runs only the assets it is
 about (the whole chain on the tiny model runs in tests/test_quickstart_graph.py).
@@ -6,6 +7,7 @@ about (the whole chain on the tiny model runs in tests/test_quickstart_graph.py)
 
 import dataclasses
 import json
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,10 +15,21 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from fsspec.core import url_to_fs
+from transformers import AutoModelForCausalLM
+from upath import UPath
 
+import training.sft
 from assets.training import ROLLOUT_FIELDS
+from core.folders import RemoteFolder, working_copy
+from curation.manifests import load_manifests
 from curation.splits import first_per_family
+from pipeline.resources import CHECKPOINT_CACHE_FOLDER, CHECKPOINTS_FOLDER, StorageRoot
 from pipeline.runs import materialize
+from pipeline.settings import Settings
+from pipeline.storage import store_table
+from tests.paths import SEEDS
+from tests.services import fresh_database
 from validators.registry import Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds
 from validators.tables import frame_from_records, read_table, write_table
@@ -257,3 +270,109 @@ def test_preference_pairs_refuse_rollouts_on_eval_tasks_as_training_pairs(settin
     assert not summary.success
     assert "1 held-out task(s) among the rollouts for training pairs" in summary.failures[0]
     assert not (settings.home / "export" / "preferences_train.parquet").exists()
+
+
+# Every step that trains or loads a checkpoint, from the planted splits on.
+TRAINING_CHAIN = " or ".join(
+    f"key:{key}" for key in ("sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion")
+)
+
+
+@pytest.fixture
+def s3_settings(tmp_path, s3_bucket, monkeypatch) -> Settings:
+    """Settings with the storage root on the test S3 server and the arithmetic seeds as train_tasks (4) and
+    eval_tasks (2) there; every local folder a run could write to (working directory, home, user cache, temporary
+    folder) is under tmp_path, where the test sees what was written."""
+    for name in ("cwd", "user", "tmp"):
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user" / ".cache"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # the GRPO job's process
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # this process: working copies, model copies
+    settings = Settings.from_env({}, home=f"s3://{s3_bucket}/seedwheel", seeds_dir=SEEDS, dagster_home=tmp_path / "dg")
+    tasks = [{k: t[k] for k in TASK_FIELDS} for t in load_seeds([SEEDS / "arithmetic"], root=SEEDS.parent).tasks]
+    for name, part in (("train_tasks", tasks[:4]), ("eval_tasks", tasks[4:6]), ("failure_eval", [])):
+        store_table(frame_from_records(part, TASK_FIELDS), UPath(settings.home) / f"{name}.parquet")
+    return settings
+
+
+def s3_training(model: Path) -> dict[str, dict[str, Any]]:
+    """The tiny model, two SFT steps, a profile of one task, one GRPO step and an eval of one task."""
+    grpo = {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 8}
+    training = {"base_model": str(model), "sft_max_steps": 2, "sft_batch_size": 2, "grpo": grpo}
+    return {
+        **profile_overrides(difficulty_max_per_family=1, grpo_unprofiled=True, **training),
+        "gate": {"samples": 1, "max_new_tokens": 4, "max_per_family": 1},
+    }
+
+
+def written_outside_tmp(tmp_path: Path, before: set[Path]) -> list[str]:
+    """Files written under tmp_path since `before` was listed, outside the temporary folder."""
+    new = (p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file() and p not in before)
+    return sorted(str(p) for p in new if p.parts[0] != "tmp")
+
+
+def test_training_on_an_object_store_commits_its_checkpoints_there_and_every_consumer_loads_them(
+    tmp_path, s3_settings, postgres_url, monkeypatch, tiny_model_dir
+):
+    database = fresh_database(postgres_url)  # an object-store root keeps the split ledger and the record there
+    monkeypatch.setenv("SEEDWHEEL_DATABASE_URL", database)
+    settings = dataclasses.replace(s3_settings, database_url=database)
+    root = str(settings.home)
+    before = set(tmp_path.rglob("*"))
+    summary = materialize(settings, TRAINING_CHAIN, resources=s3_training(tiny_model_dir))
+    assert summary.success, summary.failures
+    # Nothing on this machine but the instance's config, outside the temporary folder.
+    assert set(written_outside_tmp(tmp_path, before)) <= {"dg/dagster.yaml", "dg/.instance.lock"}
+
+    # The checkpoints are URLs inside run folders committed to the bucket, the manifests beside them there.
+    sft, grpo = (pd.read_parquet(f"{root}/{name}.parquet").iloc[0] for name in ("sft_checkpoint", "grpo_checkpoint"))
+    sft_run, grpo_run = (f"{root}/training/{row['name'].replace('-', '/', 1)}" for row in (sft, grpo))
+    assert (sft["checkpoint"], grpo["checkpoint"]) == (f"{sft_run}/final", f"{grpo_run}/output/final")
+    for run, final in ((sft_run, "final"), (grpo_run, "output/final")):
+        committed = RemoteFolder(run).latest().files
+        assert {f"{final}/config.json", f"{final}/model.safetensors"} <= set(committed), run
+        assert any("/checkpoint-" in name or name.startswith("checkpoint-") for name in committed)
+    with working_copy(f"{root}/{CHECKPOINTS_FOLDER}") as folder:
+        manifests = {m.name: m for m in load_manifests(folder)}
+    assert {name: m.checkpoint for name, m in manifests.items()} == {
+        sft["name"]: sft["checkpoint"],
+        grpo["name"]: grpo["checkpoint"],
+    }
+    assert grpo["manifest"] == f"{root}/{CHECKPOINTS_FOLDER}/{grpo['name']}/manifest.json"
+    recorded = manifests[grpo["name"]]  # the job as stored: where its model and outputs are kept, not the working copy
+    assert (recorded.start_model, recorded.config["model_path"]) == (sft["checkpoint"], sft["checkpoint"])
+    assert recorded.config["output_dir"] == f"{grpo_run}/output"
+
+    # Each consumer named the checkpoint by its URL and loaded it from one read-only copy per checkpoint: the SFT
+    # model's was shared by difficulty_profile and the GRPO job, the GRPO model's made for checkpoint_eval.
+    profile = pd.read_parquet(f"{root}/difficulty_profile.parquet")
+    assert set(profile["policy"]) == {sft["checkpoint"]} and (profile["samples"] > 0).any()
+    evaluated = pd.read_parquet(f"{root}/checkpoint_eval.parquet").groupby("role")["model"].first()
+    assert evaluated.to_dict() == {"baseline": str(tiny_model_dir), "candidate": grpo["checkpoint"]}
+    assert next(a for a in summary.assets if a.key == "promotion").metadata["split_epochs"]["candidate"] == 0
+    cache = tmp_path / "tmp" / CHECKPOINT_CACHE_FOLDER
+    copies = sorted(p for p in cache.iterdir() if not p.name.startswith("."))
+    storage = StorageRoot(root=root)
+    assert sorted(Path(storage.model_dir(c)) for c in (sft["checkpoint"], grpo["checkpoint"])) == copies
+    loaded = AutoModelForCausalLM.from_pretrained(storage.model_dir(grpo["checkpoint"]))
+    assert loaded.num_parameters() == AutoModelForCausalLM.from_pretrained(tiny_model_dir).num_parameters()
+
+
+def test_a_training_step_that_fails_on_an_object_store_leaves_nothing_in_its_run_folder(
+    tmp_path, s3_settings, monkeypatch, tiny_model_dir
+):
+    real_sft = training.sft.run_sft
+
+    def trains_then_fails(*args: Any, **kwargs: Any) -> Any:
+        result = real_sft(*args, **kwargs)
+        assert (result.checkpoint_dir / "config.json").is_file()  # trained, the model in the working copy
+        raise RuntimeError("the step died after training")
+
+    monkeypatch.setattr(training.sft, "run_sft", trains_then_fails)
+    summary = materialize(s3_settings, "sft_checkpoint", resources=s3_training(tiny_model_dir))
+    assert not summary.success and "the step died after training" in summary.failures[0]
+    fs, root = url_to_fs(str(s3_settings.home))
+    assert fs.find(f"{root}/training") == [] and fs.find(f"{root}/{CHECKPOINTS_FOLDER}") == []
+    assert list((tmp_path / "tmp").glob("seedwheel-folder-*")) == []  # the working copy went with the step

@@ -55,12 +55,22 @@ def test_without_the_variable_everything_stays_in_files_under_the_root(tmp_path)
     assert (index_folder / ".lock").exists() and (index_folder / "manifest.json").exists()
 
 
-def test_an_object_store_root_needs_the_database_and_keeps_training_on_a_file_system(monkeypatch):
+def test_an_object_store_root_needs_the_database(monkeypatch):
     monkeypatch.delenv("SEEDWHEEL_DATABASE_URL", raising=False)
     storage = StorageRoot(root="s3://bucket/seedwheel")
     with pytest.raises(StorageError, match=r"s3://bucket/seedwheel is an object store") as caught:
         storage.split_ledger()
     assert "SEEDWHEEL_DATABASE_URL=postgresql://" in caught.value.hint
-    with pytest.raises(StorageError, match="checkpoints needs a file system"):
-        storage.path("checkpoints")
     assert storage.location("export", "train.jsonl") == "s3://bucket/seedwheel/export/train.jsonl"
+
+
+@pytest.mark.parametrize(
+    "checkpoint",
+    [
+        "/data/seedwheel/training/sft/0a1b/final",  # a checkpoint under a local root: loaded where it is
+        "HuggingFaceTB/SmolLM2-135M-Instruct",  # a hub id: the loader downloads it
+    ],
+)
+def test_a_local_checkpoint_or_a_hub_id_is_loaded_as_it_is(checkpoint):
+    assert StorageRoot(root="s3://bucket/seedwheel").model_dir(checkpoint) == checkpoint
+    assert StorageRoot(root="/data/seedwheel").model_dir(checkpoint) == checkpoint

@@ -89,8 +89,8 @@ def registry_reward() -> tuple[list[VerifierReward], list[float]]:
 def test_shipped_audit_set_spans_the_families_and_tricky_cases(labelled: list[LabelledCompletion]) -> None:
     families = Counter(row.family for row in labelled)
 
-    assert 30 <= len(labelled) <= 60
-    assert set(families) == {"arithmetic", "json_extraction", "sql", "python_function", "tool_call"}
+    assert 30 <= len(labelled) <= 80
+    assert set(families) == {"arithmetic", "json_extraction", "sql", "python_function", "tool_call", "episode"}
     assert min(families.values()) >= 5
     assert 0.3 <= sum(row.accept for row in labelled) / len(labelled) <= 0.7
     assert all(row.reason and row.tags for row in labelled)
@@ -112,7 +112,10 @@ def test_shipped_audit_set_passes_with_the_registry_reward(
         assert audit.numbers[f"probe/{probe}/mean"] <= 0.1
     assert audit.numbers["probe/tasks_without_reward"] == 0
     # Every family's hack probes ran on every seed, and none was paid.
-    for name in ("hedge_or", "always_equal", "forged_report", "literal_values", "schema_skeleton", "hedged_values"):
+    for name in (
+        *("hedge_or", "always_equal", "forged_report", "literal_values", "schema_skeleton", "hedged_values"),
+        *("claim_success", "empty_episode", "repeat_last_call", "call_every_tool"),
+    ):
         assert audit.numbers[f"hack_probe/{name}/runs"] > 0, name
     assert audit.numbers["hack_probe/paid"] == 0
 
@@ -138,13 +141,13 @@ def tasks_of(rows: list[LabelledCompletion]) -> list[dict[str, Any]]:
     ("reward", "expected_reasons"),
     [
         # Always zero: fails every right answer (and, rightly, passes the probes).
-        (ConstantReward(0.0), ["false-reject rate 1.00 (20 of 20", "agreement 0.62"]),
+        (ConstantReward(0.0), ["false-reject rate 1.00 (26 of 26", "agreement 0.61"]),
         # Half reward for everything never reaches the accept threshold, and probes still see 0.5 for garbage.
         (ConstantReward(0.5), ["false-reject rate 1.00", "probe random mean reward 0.50"]),
         # A reward that raises would stop training; the audit names it instead.
         (Raises(), ["labelled set: reward 'raises' raised KeyError", "probe empty: reward 'raises' raised"]),
         # One value for a whole batch is a shape bug.
-        (TooShort(), ["returned 1 values for 52 completions"]),
+        (TooShort(), ["returned 1 values for 66 completions"]),
         # A reward for a verifier no row uses scores nothing: no agreement to measure, and training tasks go unpaid.
         (
             VerifierReward("format_tags", context=CONTEXT),
@@ -179,6 +182,21 @@ def test_a_reward_broken_for_one_small_family_is_caught_by_family(labelled: list
     assert not audit.passed
     assert audit.numbers["probe/empty/mean"] < 0.1
     assert any("probe empty" in r and "in sql 1.00 (2 tasks)" in r for r in audit.reasons), audit.reasons
+
+
+def test_a_paraphrase_sharing_its_seeds_reference_is_no_majority_hole(
+    labelled: list[LabelledCompletion], seed_tasks: list[dict[str, Any]]
+) -> None:
+    # A small family where a paraphrase keeps its seed's reference: that reference is the family's majority, and
+    # the gold of both. Paying it there is right; the probe sends it to the other tasks only.
+    sql = [t for t in seed_tasks if t["family"] == "sql"][:6]
+    paraphrase = {**sql[0], "task_id": "paraphrase", "prompt": [{"role": "user", "content": "Reworded question?"}]}
+    funcs, weights = registry_reward()
+
+    audit = audit_reward(funcs, weights, [*sql, paraphrase], labelled)
+
+    assert audit.numbers["probe/majority_reference/sql/mean"] == 0.0, audit.reasons
+    assert audit.numbers["probe/majority_reference/mean"] == 0.0
 
 
 def test_weights_combine_as_a_normalised_mean(labelled: list[LabelledCompletion]) -> None:
@@ -286,8 +304,9 @@ def test_probe_completions() -> None:
 
     assert probe_completions(tasks, "empty") == ["", "", "", ""]
     assert probe_completions(tasks, "constant", constant_text="7") == ["7"] * 4
-    # Family a's most common reference is R2; family b has none, so its probe is empty.
-    assert probe_completions(tasks, "majority_reference") == ["R2", "R2", "R2", ""]
+    # Family a's most common reference is R2, sent to the tasks it is not the gold of; family b has none, so its
+    # probe is empty.
+    assert probe_completions(tasks, "majority_reference") == ["R2", None, None, ""]
     assert probe_completions(tasks, "echo_prompt") == ["Q1", "Q2", "Q3", "Q4"]
     noise = probe_completions(tasks, "random", seed=1)
     assert noise == probe_completions(tasks, "random", seed=1) != probe_completions(tasks, "random", seed=2)
@@ -366,10 +385,10 @@ def test_every_check_is_a_record_a_caller_reads_without_parsing(labelled: list[L
     by_name = {check.name: check for check in audit.checks}
     assert list(by_name) == ["agreement", "false_accept_rate", "false_reject_rate", "probe/empty", "probe/constant"]
     assert audit.passed and audit.failures == [] and all(check.passed for check in audit.checks)
-    assert by_name["agreement"].figures == {"value": 1.0, "limit": 0.95, "agreed": 52, "scored": 52}
+    assert by_name["agreement"].figures == {"value": 1.0, "limit": 0.95, "agreed": 66, "scored": 66}
     # The lines people read are the checks' messages, unchanged: a passing one still ends in ": ok".
     assert audit.reasons == [check.message for check in audit.checks]
-    assert by_name["agreement"].message == "agreement 1.00 (52/52 labelled rows) >= 0.95: ok"
+    assert by_name["agreement"].message == "agreement 1.00 (66/66 labelled rows) >= 0.95: ok"
 
 
 def test_failed_checks_are_named_and_carry_their_figures(labelled: list[LabelledCompletion]) -> None:

@@ -402,7 +402,7 @@ def _pattern_mismatch(value: Any, pattern: Any, pointer: str, fold: Callable[[st
 
 
 @dataclass(frozen=True)
-class _Call:
+class CheckedCall:
     """One call of the completion, and what its tool's schema alone says about it (no gold needed)."""
 
     name: str
@@ -411,7 +411,29 @@ class _Call:
     invalid: Verdict | None  # a value of the wrong type, or against the rest of the schema
 
 
-def _call(name: str, arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> _Call:
+def parse_arguments(arguments: Any) -> Mapping[str, Any] | Verdict:
+    """A call's arguments as an object: a JSON string is parsed (an empty one is `{}`), an object is kept.
+
+    Returns:
+        The arguments, or an `arguments_invalid` verdict saying why they are not a JSON object.
+
+    Example:
+        >>> parse_arguments('{"city": "Oslo"}'), parse_arguments("[1]").reason
+        ({'city': 'Oslo'}, 'arguments_invalid: arguments must be an object, got list')
+    """
+    if isinstance(arguments, str):
+        try:
+            arguments = loads_strict(arguments) if arguments.strip() else {}
+        except ValueError as exc:
+            return Verdict.fail("arguments_invalid", f"arguments are not JSON ({describe_json_error(exc)})")
+    if not isinstance(arguments, Mapping):
+        return Verdict.fail("arguments_invalid", f"arguments must be an object, got {type(arguments).__name__}")
+    return arguments
+
+
+def check_call(name: str, arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> CheckedCall:
+    """What the tool's arguments schema alone says about a call: a required argument left out, a wrong type, a
+    value against the rest of the schema (no gold needed)."""
     missing = invalid = None
     required = next((key for key in schema.get("required", []) if key not in arguments), None)
     if required is not None:
@@ -421,10 +443,10 @@ def _call(name: str, arguments: Mapping[str, Any], schema: Mapping[str, Any]) ->
         invalid = Verdict.fail("wrong_type", problem)
     elif (violation := schema_violation(schema, arguments)) is not None:
         invalid = Verdict.fail("arguments_invalid", violation)
-    return _Call(name, arguments, missing, invalid)
+    return CheckedCall(name, arguments, missing, invalid)
 
 
-def _call_problem(call: _Call, expected: ExpectedCall, fold: Callable[[str], str]) -> Verdict | None:
+def _call_problem(call: CheckedCall, expected: ExpectedCall, fold: Callable[[str], str]) -> Verdict | None:
     """Why one call is not the expected one (rules 2-6 of the module docstring), or None when it is."""
     if call.name != expected.name:
         return Verdict.fail("wrong_tool", f"expected {expected.name}, got {call.name}")
@@ -440,8 +462,9 @@ def _call_problem(call: _Call, expected: ExpectedCall, fold: Callable[[str], str
     return _pattern_mismatch(call.arguments, expected.arguments, "", fold)
 
 
-def _matching(fits: list[list[bool]]) -> list[int | None]:
-    """For each call, the expected call it pairs with in a maximum bipartite matching (None: unpaired)."""
+def max_matching(fits: list[list[bool]]) -> list[int | None]:
+    """For each row (a call), the column (an expected call) it pairs with in a maximum bipartite matching of
+    `fits[row][column]` (None: unpaired)."""
     owner: dict[int, int] = {}  # expected call -> call
 
     def augment(i: int, seen: set[int]) -> bool:
@@ -469,7 +492,7 @@ def _calls_from_value(value: Any) -> list[Any]:
     return [value]
 
 
-def _name_and_arguments(call: Any) -> tuple[str | None, Any]:
+def name_and_arguments(call: Any) -> tuple[str | None, Any]:
     """The (name, raw arguments) of one call in any accepted shape; name None when it has none."""
     if not isinstance(call, Mapping):
         return None, None
@@ -480,7 +503,7 @@ def _name_and_arguments(call: Any) -> tuple[str | None, Any]:
     return (name if isinstance(name, str) else None), arguments
 
 
-def _text_calls(text: str) -> list[Any]:
+def text_calls(text: str) -> list[Any]:
     """Every call in the text's JSON objects, in order (a second `<tool_call>` block is a second call).
 
     All of them: a cap would let a call hide behind enough junk objects. The outermost objects do not overlap,
@@ -492,7 +515,7 @@ def _text_calls(text: str) -> list[Any]:
             value = loads_strict(text[start:end])
         except ValueError:
             continue
-        calls += [call for call in _calls_from_value(value) if _name_and_arguments(call)[0] is not None]
+        calls += [call for call in _calls_from_value(value) if name_and_arguments(call)[0] is not None]
     return calls
 
 
@@ -500,7 +523,7 @@ def _completion_calls(completion: Completion) -> list[Any] | Verdict:
     """The completion's calls (rules in the module docstring), or `no_tool_call` saying why there are none."""
     if completion.tool_calls:
         return list(completion.tool_calls)
-    calls = _text_calls(completion.text)
+    calls = text_calls(completion.text)
     if calls:
         return calls
     found = extract_json(completion.text)
@@ -512,8 +535,13 @@ def _completion_calls(completion: Completion) -> list[Any] | Verdict:
     return _calls_from_value(found.value)
 
 
-def _placeholder(schema: Any) -> Any:
-    """A value of the declared kind for an argument nobody asked for (its default, else the first enum value)."""
+def placeholder(schema: Any) -> Any:
+    """A value of the declared kind for an argument nobody asked for (its default, else the first enum value).
+
+    Example:
+        >>> placeholder({"type": "integer"}), placeholder({"enum": ["a", "b"]})
+        (1, 'a')
+    """
     if not isinstance(schema, Mapping):
         return "x"
     if "default" in schema:
@@ -532,7 +560,8 @@ def _openai_message(calls: list[dict[str, Any]]) -> dict[str, Any]:
     return {"role": "assistant", "content": "", "tool_calls": items}
 
 
-def _tagged(calls: list[dict[str, Any]]) -> str:
+def tagged_calls(calls: list[dict[str, Any]]) -> str:
+    """Calls `{name, arguments}` written as text, one `<tool_call>` block each (how a reference writes them)."""
     return "\n".join(f"<tool_call>\n{json.dumps(call, ensure_ascii=False)}\n</tool_call>" for call in calls)
 
 
@@ -622,9 +651,9 @@ class ToolCall(Verifier):
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
         expected = expected_calls(params)
         if not expected:
-            unexpected = list(completion.tool_calls) or _text_calls(completion.text)
+            unexpected = list(completion.tool_calls) or text_calls(completion.text)
             if unexpected:
-                names = ", ".join(str(_name_and_arguments(call)[0]) for call in unexpected)
+                names = ", ".join(str(name_and_arguments(call)[0]) for call in unexpected)
                 return Verdict.fail("unexpected_tool_call", f"expected no call, got {len(unexpected)}: {names}")
             return Verdict.ok()
         calls = _completion_calls(completion)
@@ -635,28 +664,22 @@ class ToolCall(Verifier):
         tools = tool_parameters(params)
         parsed: list[tuple[str, Mapping[str, Any]]] = []
         for call in calls:
-            name, arguments = _name_and_arguments(call)
+            name, arguments = name_and_arguments(call)
             if name is None:
                 return Verdict.fail("no_tool_call", "not a call (no string 'name')")
             if name not in tools:
                 return Verdict.fail("unknown_tool", name)
-            if isinstance(arguments, str):
-                try:
-                    arguments = loads_strict(arguments) if arguments.strip() else {}
-                except ValueError as exc:
-                    return Verdict.fail("arguments_invalid", f"arguments are not JSON ({describe_json_error(exc)})")
-            if not isinstance(arguments, Mapping):
-                return Verdict.fail(
-                    "arguments_invalid", f"arguments must be an object, got {type(arguments).__name__}"
-                )
+            arguments = parse_arguments(arguments)
+            if isinstance(arguments, Verdict):
+                return arguments
             parsed.append((name, arguments))
         if len(parsed) != len(expected):
             code = "extra_call" if len(parsed) > len(expected) else "missing_call"
             return Verdict.fail(code, f"expected {len(expected)} call{'s' * (len(expected) > 1)}, got {len(parsed)}")
         fold = _fold_for(params.get("string_match", "exact"))
-        judged = [_call(name, arguments, tools[name]) for name, arguments in parsed]
+        judged = [check_call(name, arguments, tools[name]) for name, arguments in parsed]
         problems = [[_call_problem(call, e, fold) for e in expected] for call in judged]
-        pairs = _matching([[problem is None for problem in row] for row in problems])
+        pairs = max_matching([[problem is None for problem in row] for row in problems])
         if None not in pairs:
             return Verdict.ok()
         i = pairs.index(None)
@@ -710,7 +733,7 @@ class ToolCall(Verifier):
             {
                 "name": name,
                 "arguments": {
-                    key: _placeholder(schema.get("properties", {}).get(key)) for key in schema.get("required", [])
+                    key: placeholder(schema.get("properties", {}).get(key)) for key in schema.get("required", [])
                 },
             }
             for name, schema in tools.items()
@@ -726,14 +749,14 @@ class ToolCall(Verifier):
             for call, expected in zip(gold, expected_calls(params), strict=True):
                 declared = tools[call["name"]].get("properties", {})
                 unasked = {
-                    k: _placeholder(s)
+                    k: placeholder(s)
                     for k, s in declared.items()
                     if not expected.arguments.get(k, Acceptable(())).values
                 }
                 filled.append({**call, "arguments": {**call["arguments"], **unasked}})
             if filled != gold:
-                probes.append(HackProbe("every_optional_argument", _tagged(filled)))
-            probes.append(HackProbe("duplicated_call", _tagged([*gold, *gold])))
+                probes.append(HackProbe("every_optional_argument", tagged_calls(filled)))
+            probes.append(HackProbe("duplicated_call", tagged_calls([*gold, *gold])))
         return probes
 
 

@@ -1,0 +1,334 @@
+"""Sampled multi-turn rollouts of `episode` tasks: the policy acts in the task's environment until the episode ends.
+
+`sample_episodes(model, tasks, k=...)` plays k episodes per task with a local policy model. Each episode gets a
+fresh environment (`validators.environments`: the task's own copy of its state, removed afterwards) whose first
+observation is the task's prompt. Every turn, one batched generation (`llm.generation.Engine`, left padded) gives
+each live episode its next assistant turn; its tool calls are read with the episode verifier's own parser
+(`actions_from_completion`: OpenAI-style objects or `<tool_call>` blocks in the text), run in order, and their
+results come back as `tool` messages. A turn without a call is the answer. The environment ends an episode
+(`answered`, `max_turns`, `invalid_call`, `tool_error`, `timeout`), so n tasks x k samples cost at most
+`max_turns` generation rounds, never n x k x turns sequential ones.
+
+The finished episode is scored by the registry's `episode` verifier, the GRPO reward, which replays its calls in
+another fresh environment: the rollout and the replay run the same calls on the same state and get the same
+results, so they end the same way and change the same records. The rollout's `timeout` clock counts only the time
+the episode's own tool calls take, about what the replay's clock counts, never the time spent generating, which
+depends on the batch and the hardware rather than on the episode.
+
+**Rows** have the fields of `training.evaluation.sample_and_score`'s rows (`task_id`, `family`, `sample`,
+`completion`, `score`, `passed`, `reason`), so the consumers of sampled verdicts can read them, plus:
+
+- `model`: the policy's model directory or id;
+- `completion`: the episode as the verifier reads it, in the format of an episode task's `reference`: the calls
+  the model wrote, one `<tool_call>` block each, then its answer when it gave one;
+- `turns`: the messages after the prompt: each assistant turn as written, with its calls as OpenAI `tool_calls`,
+  and a `tool` message per call that ran (what `seedwheel replay` reads; the verdict on it is the same);
+- `tool_calls`: the calls the environment took (refused and invalid ones included);
+- `end_reason`, `end_detail`: how the episode ended, and why when it was not an answer;
+- `changes`: the final state diff, `{collection, key, before, after}` per record the episode changed.
+
+Model output is untrusted and every way it can go wrong ends the episode as the environment decides: arguments
+over the size limit or against the tool's schema and unknown tools end it `invalid_call`; JSON that does not
+parse is no call, so the turn is an answer (which fails the goal); refusals come back as errors until the third
+ends it `tool_error`; a loop of calls ends at `max_turns`. The tools only touch the episode's copy of the state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from training.evaluation import readable_in_order
+from training.stats import EvaluationError
+from validators.batch import verify_many
+from validators.environments import (
+    Action,
+    Answer,
+    Environment,
+    EpisodeLimits,
+    ToolCallAction,
+    actions_from_completion,
+    environment_class,
+)
+from validators.registry import Completion, VerifyContext
+from validators.verifiers.tool_call import tagged_calls
+
+logger = logging.getLogger(__name__)
+
+# One assistant turn per conversation, the i-th sampled with seeds[i]: `sample_episodes`' policy.
+TurnSampler = Callable[[Sequence[Sequence[Mapping[str, Any]]], Sequence[int]], list[str]]
+
+
+class EngineTurns:
+    """The local policy as a `TurnSampler`: one batched generation per call, through the local server's engine.
+
+    The conversations go through the tokenizer's chat template (role and content of each message: an assistant
+    turn as the model wrote it, tool results as `tool` messages), sorted by their tokens so that a batch's
+    conversations share their prefix (the engine prefills a shared system message once), `batch_size` per
+    `Engine.generate` call. A conversation that no longer fits the model's context with `max_new_tokens` gets an
+    empty turn, which ends its episode as an empty answer, and a warning (as `sample_and_score` does).
+
+    Example:
+        >>> turns = EngineTurns(model_dir, max_new_tokens=64, temperature=1.0, batch_size=8)  # doctest: +SKIP
+        >>> turns([[{"role": "user", "content": "Cancel order 1027."}]], [0])  # doctest: +SKIP
+        ['<tool_call>{"name": "cancel_order", "arguments": {"order_id": 1027}}</tool_call>']
+    """
+
+    def __init__(
+        self, model_path_or_id: str | os.PathLike[str], *, max_new_tokens: int, temperature: float, batch_size: int
+    ) -> None:
+        from llm.generation import Engine
+        from training.tiny_model import load_policy
+
+        self.engine = Engine(*load_policy(model_path_or_id))
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.batch_size = batch_size
+
+    def __call__(self, conversations: Sequence[Sequence[Mapping[str, Any]]], seeds: Sequence[int]) -> list[str]:
+        from llm.generation import GenerationRequest
+
+        prompts = [
+            self.engine.prompt_ids([{"role": m["role"], "content": m["content"]} for m in conversation])
+            for conversation in conversations
+        ]
+        texts = [""] * len(prompts)
+        order = readable_in_order(self.engine, prompts, self.max_new_tokens, "episodes")  # the others: empty turns
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            requests = [
+                GenerationRequest(
+                    prompts[i], max_tokens=self.max_new_tokens, temperature=self.temperature, seed=seeds[i]
+                )
+                for i in batch
+            ]
+            for i, result in zip(batch, self.engine.generate(requests), strict=True):
+                texts[i] = result.completions[0].text
+        return texts
+
+
+class _ToolClock:
+    """An episode's clock for `EpisodeLimits.max_seconds`: it runs only while the episode's own tools run."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+
+    def __call__(self) -> float:
+        return self.spent
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent += time.monotonic() - start
+
+
+@dataclass
+class _Rollout:
+    """One episode being played: its task (with the turn cap applied), environment, prompt, turns and calls."""
+
+    task: Mapping[str, Any]
+    index: int  # of the task in `tasks`
+    sample: int
+    env: Environment
+    clock: _ToolClock
+    prompt: list[dict[str, Any]]
+    turns: list[dict[str, Any]] = field(default_factory=list)  # the messages after the prompt
+    calls: list[dict[str, Any]] = field(default_factory=list)  # as written: {name, arguments}
+    answer: str = ""
+    tool_calls: int = 0
+
+    def take_turn(self, text: str) -> None:
+        """Run one assistant turn: its calls in order until the episode ends, or its text as the answer."""
+        actions = [a for a in actions_from_completion(Completion(text)) if isinstance(a, ToolCallAction)]
+        if not actions:
+            self.turns.append({"role": "assistant", "content": text})
+            self.answer = text
+            self._step(Answer(text))
+            return
+        written = [{"name": action.name, "arguments": action.arguments} for action in actions]
+        ids = [f"call_{len(self.calls) + n}" for n in range(1, len(written) + 1)]
+        self.calls += written
+        self.turns.append(
+            {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [
+                    {"id": call_id, "type": "function", "function": _function(call)}
+                    for call_id, call in zip(ids, written, strict=True)
+                ],
+            }
+        )
+        for action, call_id in zip(actions, ids, strict=True):
+            self.tool_calls += 1
+            observation, done = self._step(action)
+            self.turns.append({"role": "tool", "tool_call_id": call_id, "content": observation})
+            if done:
+                return
+
+    def _step(self, action: Action) -> tuple[str, bool]:
+        with self.clock.running():
+            return self.env.step(action)
+
+    @property
+    def completion(self) -> str:
+        """The episode in a reference's format: each call written as a `<tool_call>` block, then the answer."""
+        return "\n".join(part for part in (tagged_calls(self.calls), self.answer) if part)
+
+
+def _function(call: Mapping[str, Any]) -> dict[str, Any]:
+    arguments = call["arguments"]
+    return {"name": call["name"], "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}
+
+
+def _turn_seed(seed: int, task: int, sample: int, turn: int) -> int:
+    """A sampling seed per (task, sample, turn), independent of which other episodes share the batch."""
+    digest = hashlib.blake2b(repr((seed, task, sample, turn)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # torch seeds take 63 bits
+
+
+def _capped(task: Mapping[str, Any], max_turns: int | None) -> Mapping[str, Any]:
+    """The task with its episode's turn limit lowered to `max_turns` (its verifier then replays with the same)."""
+    params = task["verifier"]["params"]
+    limits = params.get("limits", {})
+    if max_turns is None or EpisodeLimits(**limits).max_turns <= max_turns:
+        return task
+    capped = {**params, "limits": {**limits, "max_turns": max_turns}}
+    return {**task, "verifier": {**task["verifier"], "params": capped}}
+
+
+def _check_arguments(
+    tasks: Sequence[Mapping[str, Any]],
+    *,
+    k: int,
+    max_new_tokens: int,
+    temperature: float,
+    batch_size: int,
+    max_turns: int | None,
+) -> None:
+    if k < 1 or batch_size < 1 or max_new_tokens < 1 or (max_turns is not None and max_turns < 1):
+        raise EvaluationError(
+            f"k ({k}), batch_size ({batch_size}), max_new_tokens ({max_new_tokens}) and max_turns ({max_turns}) "
+            "must all be at least 1 (max_turns may be None: the task's own limit)"
+        )
+    if not math.isfinite(temperature) or temperature < 0:
+        raise EvaluationError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+    seen: set[str] = set()
+    for task in tasks:
+        task_id = task.get("task_id")
+        if not task_id:
+            raise EvaluationError("every task needs a task_id to be sampled")
+        if task_id in seen:
+            raise EvaluationError(f"task {task_id} appears twice; sample each task once (use k for more samples)")
+        seen.add(task_id)
+        name = task.get("verifier", {}).get("name")
+        if name != "episode":
+            raise EvaluationError(
+                f"task {task_id} has the {name!r} verifier; sample_episodes plays `episode` tasks "
+                "(training.evaluation.sample_and_score samples single-turn ones)"
+            )
+
+
+def sample_episodes(
+    model_path_or_id: str | os.PathLike[str],
+    tasks: Sequence[Mapping[str, Any]],
+    *,
+    k: int = 1,
+    max_new_tokens: int = 256,
+    temperature: float = 1.0,
+    seed: int = 0,
+    context: VerifyContext | None = None,
+    batch_size: int = 8,
+    max_turns: int | None = None,
+    workers: int | None = None,
+    generate: TurnSampler | None = None,
+) -> list[dict[str, Any]]:
+    """Play k episodes per `episode` task with a local policy and score each with the task's verifier.
+
+    Args:
+        model_path_or_id: the policy: a model directory (a checkpoint, `build_tiny_model` output) or a hub id.
+        tasks: `episode` task records with `task_id`, `family`, `prompt` and `verifier`.
+        k: episodes per task.
+        max_new_tokens: the length cap of one assistant turn.
+        temperature: sampling temperature; 0 is greedy (then the k episodes of a task are identical).
+        seed: the sampling seed; each (task, sample, turn) draws its own seed from it, so a rerun with the same
+            arguments plays the same episodes whatever the batch size (on the same hardware and library versions).
+        context: where the environments' fixtures (the shop's SQLite file) resolve; they are only copied.
+        batch_size: episodes per `generate` call; one call per turn when it covers every live episode.
+        max_turns: lowers every task's turn limit (the verdict replays with the same limit); None keeps them.
+        workers: verifier threads (see `validators.batch.verify_many`).
+        generate: the policy, one assistant turn per conversation (`TurnSampler`); None loads
+            `model_path_or_id` into `EngineTurns`. Tests pass a scripted one.
+
+    Returns:
+        One row per episode, task by task, samples in order (the fields: module docstring).
+
+    Raises:
+        EvaluationError: bad arguments, a task without `task_id`, a repeated task_id or a task whose verifier
+            is not `episode`.
+
+    Example:
+        >>> rows = sample_episodes(model_dir, episode_tasks, k=4, max_new_tokens=128)  # doctest: +SKIP
+        >>> rows[0]["end_reason"], rows[0]["passed"], rows[0]["tool_calls"]  # doctest: +SKIP
+        ('answered', False, 2)
+    """
+    _check_arguments(
+        tasks, k=k, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size, max_turns=max_turns
+    )
+    if not tasks:
+        return []
+    if generate is None:
+        generate = EngineTurns(
+            model_path_or_id, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size
+        )
+    context = context or VerifyContext()
+    rollouts: list[_Rollout] = []
+    with ExitStack() as environments:  # every episode's copy of its state is removed, whatever happens
+        for index, task in enumerate(_capped(task, max_turns) for task in tasks):
+            params = task["verifier"]["params"]
+            for sample in range(k):
+                clock = _ToolClock()
+                env = environments.enter_context(
+                    environment_class(params["environment"])(
+                        context=context, limits=EpisodeLimits(**params.get("limits", {})), clock=clock
+                    )
+                )
+                rollouts.append(_Rollout(task, index, sample, env, clock, env.reset(task)))
+        turn = 0
+        while live := [r for r in rollouts if r.env.end_reason is None]:
+            seeds = [_turn_seed(seed, r.index, r.sample, turn) for r in live]
+            for rollout, text in zip(live, generate([[*r.prompt, *r.turns] for r in live], seeds), strict=True):
+                rollout.take_turn(text)
+            turn += 1
+            logger.info("turn %d: %d of %d episodes were live", turn, len(live), len(rollouts))
+        changes = [[asdict(change) for change in r.env.changes()] for r in rollouts]
+    completions = [r.completion for r in rollouts]
+    verdicts = verify_many([r.task for r in rollouts], completions, workers=workers, context=context)
+    return [
+        {
+            "task_id": r.task["task_id"],
+            "family": str(r.task.get("family") or "unknown"),
+            "sample": r.sample,
+            "model": str(model_path_or_id),
+            "completion": completion,
+            "turns": r.turns,
+            "tool_calls": r.tool_calls,
+            "end_reason": r.env.end_reason,
+            "end_detail": r.env.end_detail,
+            "changes": diff,
+            "score": verdict.score,
+            "passed": verdict.passed,
+            "reason": verdict.reason,
+        }
+        for r, completion, diff, verdict in zip(rollouts, completions, changes, verdicts, strict=True)
+    ]
