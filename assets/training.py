@@ -36,6 +36,7 @@ from pipeline.resources import (
 )
 from training.budget import measured_run
 from training.difficulty import difficulty_label, in_grpo_set, rollouts_by_task, solved_counts
+from training.episodes import EPISODE_FIELDS, sample_episodes
 from training.evaluation import sample_and_score
 from training.grpo import reward_spread
 from training.grpo_job import METRICS_MESSAGE_KIND, GRPOJobConfig, GRPOJobResult
@@ -59,6 +60,7 @@ DATA_VERSION_TAG = "dagster/data_version"  # the tag Dagster stores a materializ
 PLOTTED_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl")
 # What difficulty_profile keeps of each scored sample (its `rollouts` column).
 ROLLOUT_FIELDS = ("sample", "completion", "passed", "score", "reason")
+EPISODE_VERIFIER = "episode"
 
 
 @dg.asset(
@@ -241,6 +243,65 @@ def difficulty_profile(
                 xlabel="solved",
                 ylabel="tasks",
             ),
+        },
+    )
+
+
+@dg.asset(group_name=groups.TRAINING)
+def episodes(
+    context: dg.AssetExecutionContext,
+    train_tasks: pd.DataFrame,
+    sft_checkpoint: pd.DataFrame,
+    seeds: SeedRepository,
+    training: TrainingPolicy,
+    storage: StorageRoot,
+) -> dg.MaterializeResult[pd.DataFrame]:
+    """The starting policy's multi-turn rollouts on the training split's episode tasks: each turn, tool call and
+    result, the end reason, the state the episode changed and the verdict of the task's own verifier."""
+    records = records_from_frame(train_tasks[list(TASK_FIELDS)])
+    tasks = [task for task in records if task["verifier"]["name"] == EPISODE_VERIFIER]
+    chosen = [tasks[i] for i in first_per_family(tasks, training.difficulty_max_per_family)]
+    policy_model = str(sft_checkpoint.loc[0, "checkpoint"])
+    context.log.info(f"playing {training.difficulty_k} episodes of each of {len(chosen)} tasks with {policy_model}")
+    rows = (
+        sample_episodes(
+            storage.model_dir(policy_model),
+            chosen,
+            k=training.difficulty_k,
+            max_new_tokens=training.difficulty_max_new_tokens,
+            temperature=training.difficulty_temperature,
+            context=seeds.verify_context(),
+            batch_size=training.difficulty_batch_size,
+            max_turns=training.episode_max_turns,
+        )
+        if chosen
+        else []
+    )
+    played = frame_from_records(rows, EPISODE_FIELDS)
+    environments = {task["task_id"]: task["verifier"]["params"]["environment"] for task in chosen}
+    played = played.assign(environment=[environments[task_id] for task_id in played["task_id"]])
+    rates = played.groupby("environment")["passed"].agg(["size", "mean"]).reset_index() if rows else None
+    return dg.MaterializeResult(
+        value=played,
+        metadata={
+            "policy": policy_model,
+            "tasks": len(chosen),
+            "episode_tasks_in_split": len(tasks),
+            "episodes": len(played),
+            "pass_rate": dg.MetadataValue.float(float(played["passed"].mean()) if rows else 0.0),
+            "mean_tool_calls": dg.MetadataValue.float(float(played["tool_calls"].mean()) if rows else 0.0),
+            "end_reasons": count_table(played["end_reason"], "end_reason"),
+            "fail_reasons": count_table(played.loc[~played["passed"].astype(bool), "reason"], "reason"),
+            "pass_rate_by_environment": dg.MetadataValue.md(
+                markdown_table(
+                    [
+                        {"environment": r["environment"], "episodes": r["size"], "pass_rate": f"{r['mean']:.2f}"}
+                        for r in (rates.to_dict(orient="records") if rates is not None else [])
+                    ],
+                    ["environment", "episodes", "pass_rate"],
+                )
+            ),
+            "preview": preview(played, ("task_id", "sample", "end_reason", "tool_calls", "passed", "completion")),
         },
     )
 

@@ -88,6 +88,7 @@ def quickstart(settings: Settings) -> ProfileResources:
             difficulty_batch_size=16,
             difficulty_temperature=0.7,
             difficulty_max_per_family=3,
+            episode_max_turns=4,  # the episode seeds take 1-3 calls; a 135M model that loops stops early
             grpo_unprofiled=False,
             runtime="cpu",
             grpo={

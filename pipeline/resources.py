@@ -541,6 +541,9 @@ class TrainingPolicy(dg.ConfigurableResource):
     # learnable tasks alone: a small budget of steps spent where the rewards vary).
     difficulty_max_per_family: int | None = None
     grpo_unprofiled: bool = True
+    # `episodes`: the starting policy plays the training split's multi-turn episode tasks (the profile's k,
+    # length, temperature, batch and per-family cap), each at most this many turns (None: each task's own limit).
+    episode_max_turns: int | None = None
     # GRPO: "auto" picks CPU settings without a GPU and vLLM (colocate) on one; "cpu" or "none" as in grpo_job.
     runtime: Runtime = GRPO_JOB_FIELDS.default("runtime")
     grpo: dict[str, Any] = Field(default_factory=dict)

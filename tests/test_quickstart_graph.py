@@ -33,7 +33,7 @@ ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
     *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
     *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
-    *("training_budget", "budget_calibration"),
+    *("training_budget", "budget_calibration", "episodes"),
     "preference_pairs",
     *("failure_tasks", "review_queue", "failure_eval"),  # failure_logs is per file: ingested before the run
 }
@@ -263,6 +263,20 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     assert passed["baseline"] > 0 and passed["candidate"] > 0
     decision = asset(summary, "promotion").metadata
     assert decision["candidate"] == grpo["checkpoint"] and decision["reasons"]
+
+
+def test_the_starting_policy_played_the_episode_tasks_in_their_environments(quickstart):
+    settings, summary = quickstart
+    played = read_table(settings.home / "episodes.parquet")
+    train = read_table(settings.home / "train_tasks.parquet")
+    episode_tasks = train.loc[train["family"] == "episode", "task_id"]
+    # The 3 easiest episode tasks of the split, 4 real multi-turn rollouts each, every one ended and judged.
+    assert played.groupby("task_id").size().to_dict() == {task_id: 4 for task_id in set(played["task_id"])}
+    assert set(played["task_id"]) <= set(episode_tasks) and played["task_id"].nunique() == min(3, len(episode_tasks))
+    assert set(played["end_reason"]) <= {"answered", "max_turns", "invalid_call", "tool_error", "timeout"}
+    assert played["turns"].map(len).ge(1).all() and played["passed"].isin([True, False]).all()
+    metadata = asset(summary, "episodes").metadata
+    assert metadata["episodes"] == len(played) and "| end_reason |" in metadata["end_reasons"]
 
 
 def test_the_budget_planned_the_real_grpo_run_within_2x(quickstart):

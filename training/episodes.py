@@ -61,6 +61,11 @@ from validators.environments import (
 from validators.registry import Completion, VerifyContext
 from validators.verifiers.tool_call import tagged_calls
 
+# The fields of a row (the module docstring).
+EPISODE_FIELDS = (
+    "task_id", "family", "sample", "model", "completion", "turns", "tool_calls", "end_reason", "end_detail",
+    "changes", "score", "passed", "reason",
+)  # fmt: skip
 logger = logging.getLogger(__name__)
 
 # One assistant turn per conversation, the i-th sampled with seeds[i]: `sample_episodes`' policy.

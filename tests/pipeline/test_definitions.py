@@ -17,7 +17,7 @@ ASSETS = {
     *("seed_tasks", "seed_rejects", "task_variants", "variant_rejects", "validated_tasks", "task_rejects"),
     *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
     *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
-    *("training_budget", "budget_calibration"),
+    *("training_budget", "budget_calibration", "episodes"),
     *("failure_logs", "failure_rejects", "failure_tasks", "review_queue", "failure_eval", "preference_pairs"),
 }
 CHECKS = {

@@ -13,7 +13,7 @@ import pytest
 
 from llm.generation import Engine
 from tests.paths import SEEDS, copy_seeds
-from training.episodes import EngineTurns, sample_episodes
+from training.episodes import EPISODE_FIELDS, EngineTurns, sample_episodes
 from training.stats import EvaluationError
 from validators.environments import END_REASONS
 from validators.registry import VerifyContext, verify
@@ -94,6 +94,7 @@ def test_the_seed_references_played_turn_by_turn_end_answered_and_pass(seed_task
     policy = Scripted(plays)
 
     rows = sample_episodes("scripted", seed_tasks, k=2, context=context, workers=1, generate=policy)
+    assert all(tuple(row) == EPISODE_FIELDS for row in rows)  # the columns the `episodes` asset stores
 
     assert [(r["task_id"], r["sample"]) for r in rows] == [(t["task_id"], s) for t in seed_tasks for s in (0, 1)]
     for task, row in zip([t for t in seed_tasks for _ in (0, 1)], rows, strict=True):
