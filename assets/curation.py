@@ -7,7 +7,7 @@ import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import count_table, markdown_table, preview, task_preview
+from assets.metadata import count_table, markdown_table, preview, shard_metadata, shard_steps, task_preview
 from core.shards import plan_shards
 from curation.curate import dedup_tasks
 from curation.shards import SHARD_STATS_COLUMNS, SHARD_VERDICT_COLUMNS, ShardStats, merge_verdicts, shard_verdicts
@@ -79,7 +79,7 @@ def merge_shards(
     variants = _checked_tasks(failure_tasks, task_variants)
     rows = (verdict for frame in verdicts for verdict in records_from_frame(frame))
     problems = merge_verdicts([v.get("task_id") for v in variants], rows)
-    shards = sorted((row for frame in stats for row in records_from_frame(frame)), key=lambda row: row["shard"])
+    shards = shard_steps(stats)
     cache_hits = sum(row["cache_hits"] for row in shards)
     good, rejects = split_checked(variants, problems)
     tasks = pd.concat([seed_tasks[list(TASK_FIELDS)], frame_from_records(good, TASK_FIELDS)], ignore_index=True)
@@ -104,9 +104,7 @@ def merge_shards(
             "validity_rate": dg.MetadataValue.float(len(good) / len(variants) if variants else 1.0),
             "validity_by_family": dg.MetadataValue.md(_rates_table(by_family, "family")),
             "validity_by_generator": dg.MetadataValue.md(_rates_table(by_generator, "generator")),
-            "shards": policy.shard_config().shards,
-            "shard_steps": len(shards),  # an empty hash range makes no step
-            "shard_balance": dg.MetadataValue.md(markdown_table(shards, ["shard", "tasks", "cache_hits", "seconds"])),
+            **shard_metadata(policy.shard_config().shards, shards, ["shard", "tasks", "cache_hits", "seconds"]),
             "families": count_table(tasks["family"], "family"),
             "preview": task_preview(tasks),
         },

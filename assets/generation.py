@@ -7,7 +7,14 @@ import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import count_table, markdown_table, preview, progress_logger, task_preview
+from assets.metadata import (
+    count_table,
+    preview,
+    progress_logger,
+    shard_metadata,
+    shard_steps,
+    task_preview,
+)
 from core.shards import plan_shards
 from curation.splits import first_per_family
 from generators.base import GenerationResult
@@ -110,7 +117,7 @@ def merge_generation(
     tasks = in_parent_order(variants, lambda task: task["lineage"]["parent_id"])
     tasks += records_from_frame(rewrites)
     rejected = in_parent_order(rejects, lambda reject: reject["parent_id"]) + records_from_frame(rewrite_rejects)
-    shards = sorted((row for frame in stats for row in records_from_frame(frame)), key=lambda row: row["shard"])
+    shards = shard_steps(stats)
     cache_hits = sum(row["cache_hits"] for row in shards)
     variant_frame = frame_from_records(tasks, columns=TASK_FIELDS)
     reject_frame = frame_from_records(rejected, columns=REJECT_COLUMNS)
@@ -131,9 +138,7 @@ def merge_generation(
             "programmatic_cache_rebuilt": any(row["cache_rebuilt"] for row in shards),
             # The shard steps' generation time added up (the work); `shard_balance` shows each step's share.
             "programmatic_seconds": dg.MetadataValue.float(round(sum((row["seconds"] for row in shards), 0.0), 3)),
-            "shards": plan.shards(),
-            "shard_steps": len(shards),  # an empty hash range makes no step
-            "shard_balance": dg.MetadataValue.md(markdown_table(shards, BALANCE_COLUMNS)),
+            **shard_metadata(plan.shards(), shards, BALANCE_COLUMNS),
             "families": count_table(variant_frame["family"], "family"),
             "generators": count_table(generators, "generator"),
             "llm_calls_made": int(llm_stats.get("calls", 0)),

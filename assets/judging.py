@@ -8,7 +8,7 @@ import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import count_table, markdown_table, preview, progress_logger
+from assets.metadata import count_table, markdown_table, preview, progress_logger, shard_metadata, shard_steps
 from assets.plots import bar_chart
 from core.shards import plan_shards
 from curation.splits import first_per_family
@@ -155,7 +155,7 @@ def merge_judgments(
     kept = _kept(deduplicated_tasks)
     tasks = records_from_frame(kept)
     judged = [Judgment.from_dict(row) for frame in judgments for row in records_from_frame(frame)]
-    shards = sorted((row for frame in stats for row in records_from_frame(frame)), key=lambda row: row["shard"])
+    shards = shard_steps(stats)
     totals = JudgeStats.total(JudgeStats.from_record(row["stats"]) for row in shards)
     setup = judge_setup(llm.client(), params=LABEL_PARAMS)  # the shards' setup (no call is made for it)
     rows = label_rows([task["task_id"] for task in tasks], judged)
@@ -187,9 +187,7 @@ def merge_judgments(
             "llm_calls_cached": totals.cached,
             "llm": dg.MetadataValue.json(totals.as_dict(judge.prices())),
             "judge_setup": dg.MetadataValue.json(setup.as_dict()),
-            "shards": judge.shards(),
-            "shard_steps": len(shards),  # an empty hash range makes no step
-            "shard_balance": dg.MetadataValue.md(markdown_table(shards, ["shard", "tasks", "calls", "seconds"])),
+            **shard_metadata(judge.shards(), shards, ["shard", "tasks", "calls", "seconds"]),
             "worst": preview(_worst(labelled), ("task_id", "family", "judge_scores", "judge_rationale")),
             "rubric": DEFAULT_RUBRIC.label,
         },

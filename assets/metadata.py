@@ -10,6 +10,8 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
+from validators.tables import records_from_frame
+
 PREVIEW_ROWS = 10
 PROGRESS_STEPS = 10
 CELL_CHARS = 80
@@ -60,3 +62,18 @@ def progress_logger(context: dg.OpExecutionContext, what: str) -> Callable[[int,
             context.log.info(f"{what}: {done}/{total}")
 
     return progress
+
+
+def shard_steps(stats: Iterable[pd.DataFrame]) -> list[dict[str, Any]]:
+    """The stats rows of a sharded stage's steps (a one-row table each, collected by its merge), in shard order."""
+    return sorted((row for frame in stats for row in records_from_frame(frame)), key=lambda row: row["shard"])
+
+
+def shard_metadata(shards: int, steps: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> dict[str, Any]:
+    """A sharded stage's metadata: the configured shard count, the steps that ran (an empty hash range makes
+    none), and each step's share of the work as a table of `columns`."""
+    return {
+        "shards": shards,
+        "shard_steps": len(steps),
+        "shard_balance": dg.MetadataValue.md(markdown_table(steps, columns)),
+    }

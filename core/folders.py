@@ -331,10 +331,10 @@ def _holder(url: str, setting: str) -> tuple[RemoteFolder, Manifest, str]:
 
 def committed_folders(url: str, *, setting: str = "SEEDWHEEL_HOME") -> list[RemoteFolder]:
     """Every committed folder under `url` (each folder with a `manifests/` of its own), for pruning them all."""
-    fs, root = RemoteFolder(url, setting=setting).fs, url.rstrip("/").partition("://")[2]
-    scheme = url.partition("://")[0]
+    top = RemoteFolder(url, setting=setting)
+    scheme = top.url.partition("://")[0]
     marker = f"/{MANIFESTS}/"
-    found = {path.rsplit(marker, 1)[0] for path in fs.find(root) if marker in path and path.endswith(".json")}
+    found = {path.rsplit(marker, 1)[0] for path in top.fs.find(top.root) if marker in path and path.endswith(".json")}
     return [RemoteFolder(f"{scheme}://{folder}", setting=setting) for folder in sorted(found)]
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -46,7 +45,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from training.evaluation import readable_in_order
+from training.evaluation import check_sampling, readable_in_order
 from training.stats import EvaluationError
 from validators.batch import verify_many
 from validators.environments import (
@@ -221,25 +220,14 @@ def _check_arguments(
     batch_size: int,
     max_turns: int | None,
 ) -> None:
-    if k < 1 or batch_size < 1 or max_new_tokens < 1 or (max_turns is not None and max_turns < 1):
-        raise EvaluationError(
-            f"k ({k}), batch_size ({batch_size}), max_new_tokens ({max_new_tokens}) and max_turns ({max_turns}) "
-            "must all be at least 1 (max_turns may be None: the task's own limit)"
-        )
-    if not math.isfinite(temperature) or temperature < 0:
-        raise EvaluationError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
-    seen: set[str] = set()
+    check_sampling(tasks, k=k, batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature)
+    if max_turns is not None and max_turns < 1:
+        raise EvaluationError(f"max_turns ({max_turns}) must be at least 1, or None: each task's own limit")
     for task in tasks:
-        task_id = task.get("task_id")
-        if not task_id:
-            raise EvaluationError("every task needs a task_id to be sampled")
-        if task_id in seen:
-            raise EvaluationError(f"task {task_id} appears twice; sample each task once (use k for more samples)")
-        seen.add(task_id)
         name = task.get("verifier", {}).get("name")
         if name != "episode":
             raise EvaluationError(
-                f"task {task_id} has the {name!r} verifier; sample_episodes plays `episode` tasks "
+                f"task {task['task_id']} has the {name!r} verifier; sample_episodes plays `episode` tasks "
                 "(training.evaluation.sample_and_score samples single-turn ones)"
             )
 

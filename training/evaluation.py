@@ -94,20 +94,7 @@ def sample_and_score(
         >>> sampled = sample_and_score(model_dir, eval_tasks, k=4, max_new_tokens=64)  # doctest: +SKIP
         >>> evaluate(sampled.passed, sampled.families, ks=[1, 4]).overall["pass@4"]  # doctest: +SKIP
     """
-    if k < 1 or batch_size < 1 or max_new_tokens < 1:
-        raise EvaluationError(
-            f"k ({k}), batch_size ({batch_size}) and max_new_tokens ({max_new_tokens}) must all be at least 1"
-        )
-    if not math.isfinite(temperature) or temperature < 0:
-        raise EvaluationError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
-    seen: set[str] = set()
-    for task in tasks:
-        task_id = task.get("task_id")
-        if not task_id:
-            raise EvaluationError("every task needs a task_id to be evaluated")
-        if task_id in seen:
-            raise EvaluationError(f"task {task_id} appears twice; evaluate each task once (use k for more samples)")
-        seen.add(task_id)
+    check_sampling(tasks, k=k, batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature)
     jobs = [(task, sample) for task in tasks for sample in range(k)]
     samples = _generate(
         model_path_or_id,
@@ -137,6 +124,31 @@ def sample_and_score(
             }
         )
     return SampledVerdicts(passed=passed, families=families, rows=rows)
+
+
+def check_sampling(
+    tasks: Sequence[Mapping[str, Any]], *, k: int, batch_size: int, max_new_tokens: int, temperature: float
+) -> None:
+    """Refuse sampling arguments that cannot work, before any model loads: counts below 1, a negative or
+    non-finite temperature, a task without an id or listed twice (its samples would be counted twice).
+
+    Raises:
+        EvaluationError: naming the argument and the fix.
+    """
+    if k < 1 or batch_size < 1 or max_new_tokens < 1:
+        raise EvaluationError(
+            f"k ({k}), batch_size ({batch_size}) and max_new_tokens ({max_new_tokens}) must all be at least 1"
+        )
+    if not math.isfinite(temperature) or temperature < 0:
+        raise EvaluationError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+    seen: set[str] = set()
+    for task in tasks:
+        task_id = task.get("task_id")
+        if not task_id:
+            raise EvaluationError("every task needs a task_id to be sampled")
+        if task_id in seen:
+            raise EvaluationError(f"task {task_id} appears twice; sample each task once (use k for more samples)")
+        seen.add(task_id)
 
 
 def readable_in_order(engine: Engine, prompts: Sequence[list[int]], max_new_tokens: int, what: str) -> list[int]:
