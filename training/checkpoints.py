@@ -2,8 +2,9 @@
 
 - **Resuming**: `last_complete_checkpoint(output_dir)` is the newest `checkpoint-N` that transformers finished
   writing (it writes `trainer_state.json` last, so a folder without it was cut off by a kill and is skipped with a
-  warning). Passing it to `trainer.train(resume_from_checkpoint=...)` is `resume_from_checkpoint=True` minus that
-  failure mode.
+  warning). `train_resuming(trainer, checkpoint)` resumes from it; a checkpoint already at `max_steps` (a run killed
+  between its last save and its final folder) is loaded, not trained on, since transformers would run one step past
+  the limit.
 - **The final folder**: `save_final` writes the model and tokenizer to `<output_dir>/.final.partial` and renames
   it to `<output_dir>/final`, so a `final` folder is always complete; LoRA adapters are merged first, so the folder
   loads with `AutoModelForCausalLM` like any other model directory.
@@ -80,6 +81,31 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
             "Skipping %s: no %s, so its save was cut off; resuming from an earlier one.", path, TRAINER_STATE_FILE
         )
     return None
+
+
+def train_resuming(trainer: Any, checkpoint: Path | None) -> None:
+    """`trainer.train()`, resumed from `checkpoint` (from `last_complete_checkpoint`) when there is one.
+
+    transformers checks `max_steps` only after an optimizer step, so resuming from a checkpoint already at
+    `max_steps` would train one step more than asked; such a checkpoint's weights and state are loaded instead.
+
+    Example:
+        >>> train_resuming(trainer, last_complete_checkpoint("runs/grpo"))  # doctest: +SKIP
+        >>> trainer.state.global_step  # doctest: +SKIP
+        100
+    """
+    if checkpoint is None:
+        trainer.train()
+        return
+    from transformers import TrainerState
+
+    state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE_FILE))
+    if 0 < trainer.args.max_steps <= state.global_step:
+        logger.info("%s is at max_steps=%d already: loading it, no training", checkpoint, trainer.args.max_steps)
+        trainer._load_from_checkpoint(str(checkpoint))
+        trainer.state = state
+        return
+    trainer.train(resume_from_checkpoint=str(checkpoint))
 
 
 def save_final(trainer: Any, tokenizer: Any, output_dir: str | os.PathLike[str], use_lora: bool) -> Path:

@@ -53,6 +53,7 @@ from training.checkpoints import (
     peft_available,
     peft_lora_config,
     save_final,
+    train_resuming,
 )
 from validators.registry import REGISTRY, UnknownVerifierError
 from validators.rewards import VERIFIER_COLUMN, RewardConfigError, build_reward_funcs
@@ -615,7 +616,7 @@ def run_grpo(
         config.max_steps,
     )
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    train_resuming(trainer, resume)
     seconds = time.perf_counter() - started
     final = save_final(trainer, tokenizer, output_dir, config.use_lora)
     steps = trainer.state.global_step

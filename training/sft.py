@@ -40,6 +40,7 @@ from training.checkpoints import (
     metrics_callback,
     peft_lora_config,
     save_final,
+    train_resuming,
 )
 
 logger = logging.getLogger(__name__)
@@ -325,7 +326,7 @@ def run_sft(
     )
     logger.info("SFT: %d examples (%d tasks without reference skipped), %s", len(examples), skipped, settings)
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    train_resuming(trainer, resume)
     seconds = time.perf_counter() - started
     final = save_final(trainer, tokenizer, output, settings.use_lora)
     steps = trainer.state.global_step

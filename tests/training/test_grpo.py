@@ -293,17 +293,19 @@ def test_grpo_resumes_from_last_complete_checkpoint(
     (run_dir / "checkpoint-3").mkdir()
     (run_dir / "checkpoint-3" / "model.safetensors").write_bytes(b"half")
     with caplog.at_level(logging.INFO, logger="training.grpo"):
-        second = run_grpo(arith_model_dir, _config(tmp_path, train_file, max_steps=4, save_steps=1))
+        second = run_grpo(arith_model_dir, _config(tmp_path, train_file, max_steps=3, save_steps=1))
     assert second.resumed_from == run_dir / "checkpoint-2"
-    assert second.steps == 4
-    assert [m["step"] for m in second.metrics_history if "reward" in m] == [3, 4]
+    assert second.steps == 3
+    assert [m["step"] for m in second.metrics_history if "reward" in m] == [3]
     assert "Resuming GRPO from" in caplog.text and "checkpoint-3" in caplog.text
-    assert json.loads((run_dir / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
+    assert json.loads((run_dir / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
 
-    # A rerun of a finished run (a retried asset) trains nothing and rewrites the same final model.
-    third = run_grpo(arith_model_dir, _config(tmp_path, train_file, max_steps=4, save_steps=1))
-    assert (third.resumed_from, third.steps) == (run_dir / "checkpoint-4", 4)
+    # A rerun of a finished run (a retried asset, killed before its final folder) trains nothing and rewrites the
+    # same final model, also mid-epoch, where transformers alone would run one step past max_steps.
+    third = run_grpo(arith_model_dir, _config(tmp_path, train_file, max_steps=3, save_steps=1))
+    assert (third.resumed_from, third.steps) == (run_dir / "checkpoint-3", 3)
     assert not [m for m in third.metrics_history if "reward" in m]
+    assert not (run_dir / "checkpoint-4").exists()
     assert (third.checkpoint_dir / "model.safetensors").is_file()
 
 
