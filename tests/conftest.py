@@ -1,6 +1,8 @@
-"""Shared fixtures: the repository's own seeds, settings that keep every write under tmp_path, a tiny random model
-and the real bundled model (converted once per machine, read-only for tests)."""
+"""Shared fixtures: the repository's own seeds (and a checked copy of their SQL fixtures), settings that keep every
+write under tmp_path, a tiny random model and the real bundled model (converted once per machine, read-only for
+tests)."""
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import pytest
 from core.state import StateStore
 from llm.models import bundled_model
 from pipeline.settings import Settings
-from tests.paths import REAL_MODELS_DIR, SEEDS, quickstart_settings
+from tests.paths import REAL_MODELS_DIR, SEEDS, copy_seeds, quickstart_settings
 from tests.services import fresh_bucket, fresh_database, postgres_server, s3_environment, s3_server
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training.tiny_model import build_tiny_model
@@ -33,6 +35,22 @@ def seed_records(settings: Settings) -> list[dict]:
     folders = [settings.seeds_dir / family for family in ("arithmetic", "sql")]
     seeds = load_seeds(folders, root=settings.seeds_dir.parent, context=VerifyContext(seeds_dir=settings.seeds_dir))
     return [{k: t[k] for k in TASK_FIELDS} for t in seeds.tasks]
+
+
+@pytest.fixture(scope="module")
+def seed_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VerifyContext]:
+    """A `VerifyContext` on the module's own copy of the bundled `sql` seed fixtures (the shop database that
+    episode and environment tests read). A broken isolation would write into the copy, never into the repository,
+    and the copy must still be the bundled folder, byte for byte, when the module ends."""
+    seeds = copy_seeds(tmp_path_factory.mktemp("seeds"), ["sql"])
+    yield VerifyContext(seeds_dir=seeds)
+    assert _digests(seeds / "sql") == _digests(SEEDS / "sql"), "a test changed the copied seed fixtures"
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """Each file under `folder` (relative path) -> the SHA-256 of its bytes."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file())
+    return {path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
 
 
 @pytest.fixture(autouse=True)

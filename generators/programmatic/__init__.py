@@ -7,7 +7,7 @@
 | `sql` | `sql_literal_swap` | literals the question states, swapped for other values of the same column |
 | `python_function` | `python_function_respec` | the entry point's name, plus tests computed by the reference |
 | `tool_call` | `tool_call_resample` | argument values the request states |
-| `episode` | `episode_resample` | a shop episode's customer, orders and amounts (the goal recomputed by running) |
+| `episode` | `episode_resample` | shop: customer, orders, amounts; files: file and folder names (goal recomputed) |
 
 A parent whose family has no generator gets one reject row with code `no_generator` rather than silence, so a
 new seed family shows up in the rejects table instead of quietly producing nothing.

@@ -40,7 +40,7 @@ def parents() -> list[dict[str, Any]]:
     tasks = load_seeds([SEEDS], context=VerifyContext(seeds_dir=SEEDS)).tasks
     by_family: dict[str, list[dict[str, Any]]] = {}
     for t in tasks:
-        if t["verifier"]["params"].get("environment") != "files":  # files episodes are not varied
+        if t["verifier"]["params"].get("environment") != "files":  # the shop's episodes: they read the fixture
             by_family.setdefault(t["family"], []).append(t)
     return [t for family in sorted(by_family) for t in by_family[family][:2]]
 

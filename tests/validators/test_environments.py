@@ -3,13 +3,11 @@
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.paths import SEEDS, copy_seeds
 from validators.environments import (
     END_REASONS,
     ENVIRONMENTS,
@@ -26,8 +24,6 @@ from validators.environments import (
 from validators.registry import Completion, VerifyContext
 from validators.verifiers.episode import replay
 
-# The bundled database, which every test's copy must still equal byte for byte.
-SHOP_DB = SEEDS / "sql" / "shop.sqlite"
 SHOP_STATE = {"database": "sql/shop.sqlite"}
 FILES_STATE = {"files": {"a.txt": "alpha\n", "docs/b.md": "beta\n"}}
 
@@ -48,25 +44,16 @@ def result(observation: str) -> Any:
     return json.loads(observation)
 
 
-@pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VerifyContext]:
-    """A copy of the seeds' sql folder: an environment that broke isolation would write there, never into the
-    repository; after the module, the copy is still the bundled database."""
-    seeds = copy_seeds(tmp_path_factory.mktemp("seeds"), ["sql"])
-    yield VerifyContext(seeds_dir=seeds)
-    assert digest(seeds / "sql" / "shop.sqlite") == digest(SHOP_DB)
-
-
 @pytest.fixture
-def shop(context):
-    with ShopEnvironment(context=context) as env:
+def shop(seed_context):
+    with ShopEnvironment(context=seed_context) as env:
         env.reset(task(SHOP_STATE))
         yield env
 
 
 @pytest.fixture
-def files(context):
-    with FilesEnvironment(context=context) as env:
+def files(seed_context):
+    with FilesEnvironment(context=seed_context) as env:
         env.reset(task(FILES_STATE))
         yield env
 
@@ -74,9 +61,9 @@ def files(context):
 # -- the contract -------------------------------------------------------------------------------------------------
 
 
-def test_reset_returns_the_prompt_and_offers_openai_tools(context):
+def test_reset_returns_the_prompt_and_offers_openai_tools(seed_context):
     for env_class in ENVIRONMENTS.values():
-        with env_class(context=context) as env:
+        with env_class(context=seed_context) as env:
             state = SHOP_STATE if env_class is ShopEnvironment else FILES_STATE
             assert env.reset(task(state, "Do it.")) == [{"role": "user", "content": "Do it."}]
             for tool in env.tools:
@@ -125,10 +112,10 @@ def test_actions_come_from_tool_calls_in_order_then_the_answer():
 # -- isolation ----------------------------------------------------------------------------------------------------
 
 
-def test_two_episodes_on_one_task_do_not_see_each_others_writes(context):
-    seed = context.seeds_dir / "sql" / "shop.sqlite"
+def test_two_episodes_on_one_task_do_not_see_each_others_writes(seed_context):
+    seed = seed_context.seeds_dir / "sql" / "shop.sqlite"
     before = digest(seed)
-    with ShopEnvironment(context=context) as first, ShopEnvironment(context=context) as second:
+    with ShopEnvironment(context=seed_context) as first, ShopEnvironment(context=seed_context) as second:
         first.reset(task(SHOP_STATE))
         second.reset(task(SHOP_STATE))
         assert first.folder != second.folder
@@ -365,22 +352,22 @@ def tool_calls(*calls: tuple[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def test_sql_injection_in_arguments_changes_nothing_but_the_episode_copy(context):
-    before = digest(context.seeds_dir / "sql" / "shop.sqlite")
+def test_sql_injection_in_arguments_changes_nothing_but_the_episode_copy(seed_context):
+    before = digest(seed_context.seeds_dir / "sql" / "shop.sqlite")
     completion = tool_calls(
         # A value spliced into SQL would match every customer; bound, it matches none.
         ("find_customer", json.dumps({"email": "x') OR 1=1 --"})),
         # Text where an integer goes is refused by the tool's schema: the call does not run.
         ("get_order_status", json.dumps({"order_id": "1004; DROP TABLE orders"})),
     )
-    outcome = hostile(context, "shop", SHOP_STATE, completion, REFUND_1004)
+    outcome = hostile(seed_context, "shop", SHOP_STATE, completion, REFUND_1004)
     assert outcome.transcript[1]["content"] == json.dumps({"error": 'no customer with email "x\') OR 1=1 --"'})
     assert (outcome.end_reason, outcome.changes, outcome.verdict.passed) == ("invalid_call", [], False)
     assert outcome.end_detail.startswith("get_order_status: wrong_type: /order_id expected integer")
     # SQL in a text value is stored as text, and the tables are all there.
     drop = "'); DROP TABLE orders; --"
     stored = hostile(
-        context,
+        seed_context,
         "shop",
         SHOP_STATE,
         tool_calls(("refund_order", json.dumps({"order_id": 1004, "amount_cents": 4800, "reason": drop}))),
@@ -390,40 +377,40 @@ def test_sql_injection_in_arguments_changes_nothing_but_the_episode_copy(context
     assert [c.after for c in stored.changes] == [
         {"refund_id": 1, "order_id": 1004, "amount_cents": 4800, "reason": drop}
     ]
-    assert digest(context.seeds_dir / "sql" / "shop.sqlite") == before
+    assert digest(seed_context.seeds_dir / "sql" / "shop.sqlite") == before
 
 
-def test_five_hundred_turns_stop_at_the_turn_limit(context):
+def test_five_hundred_turns_stop_at_the_turn_limit(seed_context):
     completion = tool_calls(*[("get_order_status", '{"order_id": 1004}')] * 500)
-    outcome = hostile(context, "shop", SHOP_STATE, completion, REFUND_1004)
+    outcome = hostile(seed_context, "shop", SHOP_STATE, completion, REFUND_1004)
     assert (outcome.end_reason, outcome.turns, outcome.verdict.code) == ("max_turns", 30, "max_turns")
     assert len([m for m in outcome.transcript if m["role"] == "tool"]) == 30  # the other 470 never ran
 
 
-def test_ten_megabytes_of_arguments_end_the_episode_unparsed(context):
-    before = digest(context.seeds_dir / "sql" / "shop.sqlite")
+def test_ten_megabytes_of_arguments_end_the_episode_unparsed(seed_context):
+    before = digest(seed_context.seeds_dir / "sql" / "shop.sqlite")
     huge = json.dumps({"order_id": 1004, "amount_cents": 4800, "reason": "x" * 10_000_000})
-    outcome = hostile(context, "shop", SHOP_STATE, tool_calls(("refund_order", huge)), REFUND_1004)
+    outcome = hostile(seed_context, "shop", SHOP_STATE, tool_calls(("refund_order", huge)), REFUND_1004)
     assert outcome.end_reason == "invalid_call"
     assert outcome.end_detail == f"'refund_order': {len(huge) + 12} bytes, over the limit of 16384 bytes"
     assert (outcome.changes, outcome.verdict.passed) == ([], False)
-    assert digest(context.seeds_dir / "sql" / "shop.sqlite") == before
+    assert digest(seed_context.seeds_dir / "sql" / "shop.sqlite") == before
 
 
-def test_a_tool_that_does_not_exist_ends_the_episode(context):
-    outcome = hostile(context, "shop", SHOP_STATE, tool_calls(("drop_database", "{}")), REFUND_1004)
+def test_a_tool_that_does_not_exist_ends_the_episode(seed_context):
+    outcome = hostile(seed_context, "shop", SHOP_STATE, tool_calls(("drop_database", "{}")), REFUND_1004)
     assert (outcome.end_reason, outcome.verdict.code, outcome.changes) == ("invalid_call", "invalid_call", [])
     assert outcome.end_detail.startswith("unknown tool 'drop_database'")
 
 
-def test_claiming_success_without_a_call_fails(context):
+def test_claiming_success_without_a_call_fails(seed_context):
     claim = [{"role": "assistant", "content": "I have refunded order 1004 in full. Anything else?"}]
-    outcome = hostile(context, "shop", SHOP_STATE, claim, REFUND_1004)
+    outcome = hostile(seed_context, "shop", SHOP_STATE, claim, REFUND_1004)
     assert (outcome.end_reason, outcome.turns, outcome.changes) == ("answered", 1, [])
     assert outcome.verdict.reason == 'missing_change: refunds/*: {"order_id": 1004, "amount_cents": 4800}'
 
 
-def test_paths_outside_the_episode_folder_are_refused(context, tmp_path, monkeypatch):
+def test_paths_outside_the_episode_folder_are_refused(seed_context, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative escape would land here
     (tmp_path / "outside.txt").write_text("keep\n")
     completion = tool_calls(
@@ -432,7 +419,7 @@ def test_paths_outside_the_episode_folder_are_refused(context, tmp_path, monkeyp
         ("move_file", json.dumps({"source": "a.txt", "destination": "../../a.txt"})),
     )
     goal = {"changes": [{"collection": "files", "key": "a.txt", "after": None}]}
-    outcome = hostile(context, "files", FILES_STATE, completion, goal)
+    outcome = hostile(seed_context, "files", FILES_STATE, completion, goal)
     errors = [json.loads(m["content"]) for m in outcome.transcript if m["role"] == "tool"]
     assert errors == [
         {"error": "'../outside.txt' leaves the folder"},

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.paths import SEEDS, copy_seeds
-from validators.registry import REGISTRY, VerifyContext, spec_problems, verify
+from tests.paths import SEEDS
+from validators.registry import REGISTRY, spec_problems, verify
 from validators.seeds import load_seeds
 from validators.tasks import task_problems
 from validators.verifiers.episode import CLAIM_OF_SUCCESS, episode_calls
@@ -33,12 +33,6 @@ REFUND_TASK = {
 }
 STATUS = ("get_order_status", {"order_id": 1006})
 REFUND = ("refund_order", {"order_id": 1006, "amount_cents": 1999, "reason": "book missing"})
-
-
-@pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory) -> VerifyContext:
-    """A copy of the seeds' sql folder, so that a broken environment could never write into the repository."""
-    return VerifyContext(seeds_dir=copy_seeds(tmp_path_factory.mktemp("seeds"), ["sql"]))
 
 
 def episode(*calls: tuple[str, dict[str, Any]], answer: str = "Done.") -> list[dict[str, Any]]:
@@ -116,8 +110,8 @@ def with_params(**changes: Any) -> dict[str, Any]:
         (episode(STATUS, REFUND, STATUS), True, "ok"),
     ],
 )
-def test_verdicts(context, completion, passed, reason):
-    verdict = verify(REFUND_TASK, completion, context=context)
+def test_verdicts(seed_context, completion, passed, reason):
+    verdict = verify(REFUND_TASK, completion, context=seed_context)
     assert (verdict.passed, verdict.reason, verdict.score) == (passed, reason, float(passed))
 
 
@@ -137,16 +131,16 @@ def test_verdicts(context, completion, passed, reason):
         (episode(("drop_everything", {})), 0.0),
     ],
 )
-def test_partial_credit_measures_progress_and_never_pays_damage(context, completion, score):
-    assert verify(with_params(partial_credit=True), completion, context=context).score == pytest.approx(score)
+def test_partial_credit_measures_progress_and_never_pays_damage(seed_context, completion, score):
+    assert verify(with_params(partial_credit=True), completion, context=seed_context).score == pytest.approx(score)
 
 
-def test_binary_by_default(context):
-    assert verify(REFUND_TASK, episode(STATUS), context=context).score == 0.0
+def test_binary_by_default(seed_context):
+    assert verify(REFUND_TASK, episode(STATUS), context=seed_context).score == 0.0
 
 
-def test_limits_from_the_params(context):
-    verdict = verify(with_params(limits={"max_turns": 1}), episode(STATUS, REFUND), context=context)
+def test_limits_from_the_params(seed_context):
+    verdict = verify(with_params(limits={"max_turns": 1}), episode(STATUS, REFUND), context=seed_context)
     assert verdict.reason == "max_turns: 1 turns without an answer"
 
 
@@ -181,42 +175,42 @@ def test_limits_from_the_params(context):
         ),
     ],
 )
-def test_params_problems(context, params, problem):
-    problems = spec_problems({"name": "episode", "params": params}, context)
+def test_params_problems(seed_context, params, problem):
+    problems = spec_problems({"name": "episode", "params": params}, seed_context)
     assert any(problem in p for p in problems), problems
 
 
-def test_fixtures_and_hack_probes(context):
+def test_fixtures_and_hack_probes(seed_context):
     verifier = REGISTRY.get("episode")
     params = REFUND_TASK["verifier"]["params"]
-    assert verifier.fixtures(params, context) == [context.seeds_dir / "sql" / "shop.sqlite"]
+    assert verifier.fixtures(params, seed_context) == [seed_context.seeds_dir / "sql" / "shop.sqlite"]
     wrong = verifier.wrong_answer(params)  # validation checks that it fails; None would skip the check
-    assert wrong == "" and verify(REFUND_TASK, wrong, context=context).code == "missing_change"
+    assert wrong == "" and verify(REFUND_TASK, wrong, context=seed_context).code == "missing_change"
     # Without a reference only the probes that need none: a claim and nothing at all.
-    probes = verifier.hack_probes(params, None, context)
+    probes = verifier.hack_probes(params, None, seed_context)
     assert [(p.name, p.completion) for p in probes] == [("claim_success", CLAIM_OF_SUCCESS), ("empty_episode", "")]
-    assert not any(verify(REFUND_TASK, p.completion, context=context).passed for p in probes)
+    assert not any(verify(REFUND_TASK, p.completion, context=seed_context).passed for p in probes)
 
 
-def test_every_hack_probe_fails_on_every_bundled_seed(context):
-    seeds = load_seeds([SEEDS / "episode"], root=SEEDS.parent, context=context)
+def test_every_hack_probe_fails_on_every_bundled_seed(seed_context):
+    seeds = load_seeds([SEEDS / "episode"], root=SEEDS.parent, context=seed_context)
     verifier = REGISTRY.get("episode")
     ran = set()
     for task in seeds.tasks:
-        for probe in verifier.hack_probes(task["verifier"]["params"], task["reference"], context):
+        for probe in verifier.hack_probes(task["verifier"]["params"], task["reference"], seed_context):
             ran.add(probe.name)
-            verdict = verify(task, probe.completion, context=context)
+            verdict = verify(task, probe.completion, context=seed_context)
             assert (verdict.passed, verdict.score) == (False, 0.0), (task["origin"], probe.name, verdict.reason)
     assert ran == {"claim_success", "empty_episode", "repeat_last_call", "call_every_tool"}
 
 
-def test_the_spray_probes_are_built_from_the_reference(context):
+def test_the_spray_probes_are_built_from_the_reference(seed_context):
     verifier = REGISTRY.get("episode")
     reference = "\n".join(
         f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>" for n, a in [STATUS, REFUND]
     )
     probes = {
-        p.name: p.completion for p in verifier.hack_probes(REFUND_TASK["verifier"]["params"], reference, context)
+        p.name: p.completion for p in verifier.hack_probes(REFUND_TASK["verifier"]["params"], reference, seed_context)
     }
     # The last call that changes state, once more: a second refund.
     assert episode_calls(probes["repeat_last_call"])[-2:] == [{"name": n, "arguments": a} for n, a in [REFUND, REFUND]]
@@ -229,19 +223,19 @@ def test_the_spray_probes_are_built_from_the_reference(context):
     ]
 
 
-def test_the_bundled_episode_seeds_replay(context):
-    seeds = load_seeds([SEEDS / "episode"], root=SEEDS.parent, context=context)
+def test_the_bundled_episode_seeds_replay(seed_context):
+    seeds = load_seeds([SEEDS / "episode"], root=SEEDS.parent, context=seed_context)
     assert [str(p) for p in seeds.problems] == []
     assert {t["verifier"]["params"]["environment"] for t in seeds.tasks} == {"shop", "files"}
     assert 6 <= len(seeds.tasks) <= 10
     for task in seeds.tasks:
-        assert verify(task, task["reference"], context=context).passed, task["origin"]
-        assert verify(task, "", context=context).reason.startswith("missing_change"), task["origin"]
-        assert task_problems(task, context, check_wrong_answer=True) == []
+        assert verify(task, task["reference"], context=seed_context).passed, task["origin"]
+        assert verify(task, "", context=seed_context).reason.startswith("missing_change"), task["origin"]
+        assert task_problems(task, seed_context, check_wrong_answer=True) == []
 
 
-def test_a_seed_whose_reference_does_the_wrong_thing_is_rejected(context):
-    seeds = load_seeds([SEEDS / "episode" / "files.yaml"], root=SEEDS.parent, context=context)
+def test_a_seed_whose_reference_does_the_wrong_thing_is_rejected(seed_context):
+    seeds = load_seeds([SEEDS / "episode" / "files.yaml"], root=SEEDS.parent, context=seed_context)
     rotate = next(t for t in seeds.tasks if "rotate" in t["prompt"][1]["content"].lower())
     # The wrong order: the new empty app.log is written first, then moved away as the archive.
     wrong = "\n".join(
@@ -251,7 +245,7 @@ def test_a_seed_whose_reference_does_the_wrong_thing_is_rejected(context):
             {"name": "move_file", "arguments": {"source": "app.log", "destination": "logs/app.log.1"}},
         ]
     )
-    [problem] = task_problems({**rotate, "reference": wrong}, context)
+    [problem] = task_problems({**rotate, "reference": wrong}, seed_context)
     assert problem.code == "reference_failed"
     assert "app.log: deleted" in problem.message
 
