@@ -2,7 +2,8 @@
 
 The baseline is the promoted model (the promotion record's current entry), or the base model before any
 promotion. Both are sampled on the same eval tasks with the same seed and scored by the same verifiers that
-were the training reward; the gate reads the paired comparison (`training.promotion`).
+were the training reward (`episode` tasks played turn by turn in their environments, the others in one turn:
+`training.episodes.play_and_score`); the gate reads the paired comparison (`training.promotion`).
 """
 
 import dagster as dg
@@ -13,14 +14,17 @@ from assets.metadata import markdown_table, preview
 from assets.plots import bar_chart
 from curation.manifests import find_manifest
 from pipeline.resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository, StorageRoot
+from training.episodes import play_and_score
 from training.eval_table import failure_report, paired_comparison
-from training.evaluation import sample_and_score
+from training.evaluation import is_episode
 from training.promotion import decide
 from training.stats import Comparison, EvalReport, evaluate
 
 ROLES = ("baseline", "candidate")
+# `end_reason` and `turns` (the messages) are an episode's; None for a single-turn task's completion.
 EVAL_COLUMNS = (
     "role", "model", "task_id", "family", "failure_eval", "sample", "passed", "score", "reason", "completion",
+    "end_reason", "turns",
 )  # fmt: skip
 
 
@@ -34,7 +38,8 @@ def checkpoint_eval(
     gate: PromotionGate,
     storage: StorageRoot,
 ) -> dg.MaterializeResult[pd.DataFrame]:
-    """Baseline and candidate sampled on the eval tasks and scored by their verifiers: one row per completion.
+    """Baseline and candidate sampled on the eval tasks and scored by their verifiers: one row per completion (an
+    episode task's: one per episode, played turn by turn).
 
     Every held-out production failure is evaluated, also when `max_per_family` samples the rest.
     """
@@ -46,10 +51,13 @@ def checkpoint_eval(
         "baseline": gate.registry(storage.state()).baseline(str(grpo_checkpoint.loc[0, "base_model"])),
         "candidate": str(grpo_checkpoint.loc[0, "checkpoint"]),
     }
+    episode_tasks = sum(is_episode(task) for task in tasks)
     frames, reports = [], {}
     for role, model in models.items():
-        context.log.info(f"{role} {model}: {gate.samples} samples on each of {len(tasks)} eval tasks")
-        sampled = sample_and_score(
+        context.log.info(
+            f"{role} {model}: {gate.samples} samples on each of {len(tasks)} eval tasks ({episode_tasks} episodes)"
+        )
+        sampled = play_and_score(
             storage.model_dir(model),
             tasks,
             k=gate.samples,
@@ -57,6 +65,7 @@ def checkpoint_eval(
             temperature=gate.temperature,
             seed=gate.seed,
             batch_size=gate.batch_size,
+            max_turns=gate.episode_max_turns,
             context=seeds.verify_context(),
         )
         reports[role] = evaluate(sampled.passed, sampled.families, ks=sorted({1, gate.samples}), seed=gate.seed)
@@ -69,6 +78,9 @@ def checkpoint_eval(
         metadata={
             "tasks": len(tasks),
             "failure_eval_tasks": len(failure_ids & {t["task_id"] for t in tasks}),
+            # Played turn by turn in their environments (at most `episode_max_turns` turns; None: each task's own).
+            "episode_tasks": episode_tasks,
+            "episode_max_turns": gate.episode_max_turns,
             "samples_per_task": gate.samples,
             "baseline_model": models["baseline"],
             "candidate_model": models["candidate"],

@@ -36,11 +36,17 @@ from pipeline.resources import (
 )
 from training.budget import measured_run
 from training.difficulty import difficulty_label, in_grpo_set, rollouts_by_task, solved_counts
-from training.episodes import EPISODE_FIELDS, sample_episodes
-from training.evaluation import sample_and_score
+from training.episodes import EPISODE_FIELDS, PlayedEpisodesError, play_and_score, sample_episodes
+from training.evaluation import is_episode
 from training.grpo import reward_spread
 from training.grpo_job import METRICS_MESSAGE_KIND, GRPOJobConfig, GRPOJobResult
-from training.preferences import DEFAULT_MAX_PAIRS_PER_TASK, PAIR_COLUMNS, build_preference_pairs, export_pairs
+from training.preferences import (
+    DEFAULT_MAX_PAIRS_PER_TASK,
+    PAIR_COLUMNS,
+    build_preference_pairs,
+    export_pairs,
+    side_text,
+)
 from training.retrain import DEFAULT_RETRAIN_GROWTH, retrain_decision
 from training.reward_audit import AuditCheck, audit_reward, load_labelled
 from validators.export import export_split
@@ -58,9 +64,9 @@ MANIFEST_COLUMNS = (
 DISAGREEMENT_COLUMNS = ("id", "family", "human_accept", "score", "human_reason")
 DATA_VERSION_TAG = "dagster/data_version"  # the tag Dagster stores a materialization's data version under
 PLOTTED_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "kl")
-# What difficulty_profile keeps of each scored sample (its `rollouts` column).
-ROLLOUT_FIELDS = ("sample", "completion", "passed", "score", "reason")
-EPISODE_VERIFIER = "episode"
+# What difficulty_profile keeps of each scored sample (its `rollouts` column); an episode's messages and end, for
+# preference_pairs (None for a single-turn sample).
+ROLLOUT_FIELDS = ("sample", "completion", "passed", "score", "reason", "turns", "end_reason")
 
 
 @dg.asset(
@@ -184,11 +190,13 @@ def difficulty_profile(
     context: dg.AssetExecutionContext,
     train_tasks: pd.DataFrame,
     sft_checkpoint: pd.DataFrame,
+    episodes: pd.DataFrame,
     seeds: SeedRepository,
     training: TrainingPolicy,
     storage: StorageRoot,
 ) -> dg.MaterializeResult[pd.DataFrame]:
-    """Offline dynamic sampling: the starting policy's pass rate per training task, and which tasks GRPO gets."""
+    """Offline dynamic sampling: the starting policy's pass rate per training task (episode tasks from `episodes`),
+    and which tasks GRPO gets."""
     ids = train_tasks[["task_id", "family"]].reset_index(drop=True)
     if not training.difficulty_profile:
         profile = ids.assign(
@@ -200,18 +208,40 @@ def difficulty_profile(
         )
     policy_model = str(sft_checkpoint.loc[0, "checkpoint"])
     k = training.difficulty_k
-    records = records_from_frame(train_tasks[list(TASK_FIELDS)])
-    profiled = [records[i] for i in first_per_family(records, training.difficulty_max_per_family)]
-    context.log.info(f"sampling {k} completions for each of {len(profiled)} training tasks with {policy_model}")
-    sampled = sample_and_score(
-        storage.model_dir(policy_model),
-        profiled,
-        k=k,
-        max_new_tokens=training.difficulty_max_new_tokens,
-        temperature=training.difficulty_temperature,
-        batch_size=training.difficulty_batch_size,
-        context=seeds.verify_context(),
+    profiled = _profiled(records_from_frame(train_tasks[list(TASK_FIELDS)]), training)
+    episode_tasks = sum(is_episode(task) for task in profiled)
+    # Episode tasks are scored by the episodes the `episodes` asset played: the same policy, k and selection. A
+    # table from another policy fails here rather than being played again: `episodes` is upstream in every run
+    # that materializes both, so a mismatch means it is stale (a new sft_checkpoint without it), and playing here
+    # would repeat the slowest sampling and leave two sets of rollouts for one policy. The k and the tasks are
+    # checked by `play_and_score`.
+    strangers = sorted(set(episodes["model"]) - {policy_model}) if episode_tasks else []
+    if strangers:
+        raise ValueError(
+            f"episodes were played by {strangers[:2]}, not by the starting policy {policy_model} that "
+            "difficulty_profile profiles: materialize episodes again with this sft_checkpoint (select both, e.g. "
+            "`key:episodes or key:difficulty_profile`)"
+        )
+    context.log.info(
+        f"sampling {k} completions for each of {len(profiled) - episode_tasks} training tasks with {policy_model}; "
+        f"{episode_tasks} episode tasks from `episodes`"
     )
+    try:
+        sampled = play_and_score(
+            storage.model_dir(policy_model),
+            profiled,
+            k=k,
+            max_new_tokens=training.difficulty_max_new_tokens,
+            temperature=training.difficulty_temperature,
+            batch_size=training.difficulty_batch_size,
+            context=seeds.verify_context(),
+            played=records_from_frame(episodes),
+        )
+    except PlayedEpisodesError as exc:  # the message says it all, with the fix; no chain to read through
+        raise ValueError(
+            f"{exc}. The episodes table does not match this profile (another difficulty_k or "
+            "difficulty_max_per_family, or another train_tasks): materialize episodes again with it"
+        ) from None
     solved = solved_counts(sampled.passed, ids["task_id"])
     labels = [difficulty_label(n, k) for n in solved]
     # The scored samples themselves, kept for preference_pairs.
@@ -232,6 +262,9 @@ def difficulty_profile(
             "enabled": True,
             "policy": policy_model,
             "rows": len(profile),
+            "profiled_tasks": len(profiled),
+            # Scored from `episodes`' multi-turn rollouts; the rest sampled here in one turn.
+            "profiled_episode_tasks": episode_tasks,
             "in_grpo_set": int(profile["in_grpo_set"].sum()),
             "labels": count_table(profile["label"], "label"),
             "labels_by_family": dg.MetadataValue.md(
@@ -257,10 +290,13 @@ def episodes(
     storage: StorageRoot,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """The starting policy's multi-turn rollouts on the training split's episode tasks: each turn, tool call and
-    result, the end reason, the state the episode changed and the verdict of the task's own verifier."""
+    result, the end reason, the state the episode changed and the verdict of the task's own verifier.
+
+    The episode tasks difficulty_profile profiles, played with its k: it reads their verdicts from here.
+    """
     records = records_from_frame(train_tasks[list(TASK_FIELDS)])
-    tasks = [task for task in records if task["verifier"]["name"] == EPISODE_VERIFIER]
-    chosen = [tasks[i] for i in first_per_family(tasks, training.difficulty_max_per_family)]
+    tasks = [task for task in records if is_episode(task)]
+    chosen = [task for task in _profiled(records, training) if is_episode(task)]
     policy_model = str(sft_checkpoint.loc[0, "checkpoint"])
     context.log.info(f"playing {training.difficulty_k} episodes of each of {len(chosen)} tasks with {policy_model}")
     rows = (
@@ -277,7 +313,9 @@ def episodes(
         if chosen
         else []
     )
-    played = frame_from_records(rows, EPISODE_FIELDS)
+    # `model` names the checkpoint as sft_checkpoint does (a URL on an object store), not the local copy it was
+    # loaded from: difficulty_profile checks it is the policy it profiles.
+    played = frame_from_records([{**row, "model": policy_model} for row in rows], EPISODE_FIELDS)
     environments = {task["task_id"]: task["verifier"]["params"]["environment"] for task in chosen}
     played = played.assign(environment=[environments[task_id] for task_id in played["task_id"]])
     rates = played.groupby("environment")["passed"].agg(["size", "mean"]).reset_index() if rows else None
@@ -330,7 +368,11 @@ def grpo_checkpoint(
             "(difficulty_max_per_family, difficulty_k), set grpo_unprofiled=True, or set difficulty_profile=False"
         )
     start = str(sft_checkpoint.loc[0, "checkpoint"])
-    grpo = {**training.grpo, "reward_weights_by_verifier": training.reward_weights}
+    grpo = {
+        **training.grpo,
+        "reward_weights_by_verifier": training.reward_weights,
+        "max_episode_turns": training.episode_max_turns,
+    }
     task_ids = sorted(part["task_id"])
     digest = _digest(start, task_ids, {"runtime": training.runtime, **grpo})
     run = (TRAINING_FOLDER, "grpo", digest)
@@ -403,6 +445,9 @@ def grpo_checkpoint(
             "job_config": dg.MetadataValue.path(job_config),
             "reward_curve": _reward_curve(steps),
             "groups_with_reward_spread": dg.MetadataValue.float(reward_spread(steps) or 0.0),
+            # The episode tasks' rollouts (training.episode_rollouts): how they ended and the calls they made.
+            "episode_end_reasons": dg.MetadataValue.json(reported.episode_end_reasons),
+            "episode_tool_calls": reported.episode_tool_calls,
             # What the run measured, for the plan's calibration (`budget_calibration`): TRL's token count and
             # mean completion length over the logged steps.
             "measured": dg.MetadataValue.json(asdict(measured_run(reported.steps, reported.train_seconds, steps))),
@@ -425,7 +470,9 @@ def preference_pairs(
     checkpoint_eval: pd.DataFrame,
     storage: StorageRoot,
 ) -> dg.MaterializeResult[pd.DataFrame]:
-    """DPO pairs from verified rollouts: train pairs from difficulty_profile, eval-task pairs held out apart."""
+    """DPO pairs from verified rollouts (an episode's side: its turns): train pairs from difficulty_profile,
+    eval-task pairs held out apart."""
+    train, held_out = (records_from_frame(frame[list(TASK_FIELDS)]) for frame in (train_tasks, eval_tasks))
     profiled = records_from_frame(difficulty_profile.reindex(columns=["task_id", "policy", "rollouts"]))
     rollouts = [
         {**rollout, "task_id": row["task_id"], "model": row["policy"]}
@@ -435,7 +482,7 @@ def preference_pairs(
     built = {
         "train": build_preference_pairs(
             rollouts,
-            records_from_frame(train_tasks[list(TASK_FIELDS)]),
+            train,
             split="train",
             source="difficulty_profile",
             held_out=set(eval_tasks["task_id"]),
@@ -443,7 +490,7 @@ def preference_pairs(
         ),
         "eval": build_preference_pairs(
             records_from_frame(checkpoint_eval),
-            records_from_frame(eval_tasks[list(TASK_FIELDS)]),
+            held_out,
             split="eval",
             source="checkpoint_eval",
             max_pairs_per_task=config.max_pairs_per_task,
@@ -459,8 +506,8 @@ def preference_pairs(
         for outcome, n in sorted(Counter(part.outcomes.values()).items())
     ]
     texts = pairs.assign(
-        chosen_text=[m[0]["content"] for m in pairs["chosen"]],
-        rejected_text=[m[0]["content"] for m in pairs["rejected"]],
+        chosen_text=[side_text(side) for side in pairs["chosen"]],
+        rejected_text=[side_text(side) for side in pairs["rejected"]],
     )
     return dg.MaterializeResult(
         value=pairs,
@@ -468,6 +515,10 @@ def preference_pairs(
             # 0 when difficulty_profile is switched off: then there is nothing to make training pairs from.
             "train_rollouts": len(rollouts),
             "eval_rollouts": len(checkpoint_eval),
+            # Pairs whose sides are multi-turn episodes (their `turns`), not single completions.
+            "episode_pairs": int(
+                pairs["task_id"].isin({t["task_id"] for t in train + held_out if is_episode(t)}).sum()
+            ),
             **{f"{split}_pairs": len(part.pairs) for split, part in built.items()},
             **{f"{split}_tasks_with_pairs": part.tasks_with_pairs for split, part in built.items()},
             "max_pairs_per_task": config.max_pairs_per_task,
@@ -488,6 +539,12 @@ def preference_pairs(
             ),
         },
     )
+
+
+def _profiled(records: list[dict[str, Any]], training: TrainingPolicy) -> list[dict[str, Any]]:
+    """The training tasks difficulty_profile profiles, in split order: the `difficulty_max_per_family` easiest of
+    each family (`curation.splits.first_per_family`). `episodes` plays the episode tasks among them."""
+    return [records[i] for i in first_per_family(records, training.difficulty_max_per_family)]
 
 
 def _reward_curve(steps: list[dict[str, Any]]) -> dg.MetadataValue:

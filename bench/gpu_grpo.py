@@ -34,6 +34,11 @@ What it does, once per config, with everything else equal:
    includes the KV cache that `vllm_gpu_memory_utilization` reserves) and the last reward (for a random policy
    about 0; this measures speed, not learning).
 
+`--episodes` trains on the bundled `episode` seeds instead (`seeds/episode/`: shop and files episodes, played turn
+by turn in their environments by `training.episode_rollouts`, one generation round per turn through the same
+backend, vLLM or transformers): the same config switch, `use_vllm`, serves multi-turn rollouts; each run also
+reports how its training episodes ended and the tool calls they made.
+
 Each config runs in its own child process (this script with `--child`): each gets a clean GPU and its own peak
 memory count, an in-process vLLM engine cannot leak into the other run, and a hung or crashed run is killed after
 `--run-timeout` seconds while the other still reports. Worst case with the defaults: about 40 s of set-up plus two
@@ -91,6 +96,7 @@ ENV_DEFAULTS = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "PYTHONUNBUFFERED": "1",
+    "SEEDWHEEL_SEEDS": str(REPO / "seeds"),  # where the rewards and environments find fixtures (the shop database)
 }
 
 
@@ -126,10 +132,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=64, help="completions per step (per_device_train_batch_size)")
     parser.add_argument("--group", type=int, default=8, help="num_generations: completions per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="max_completion_length")
-    parser.add_argument("--max-prompt-tokens", type=int, default=256, help="longer prompts are dropped")
+    parser.add_argument(
+        "--max-prompt-tokens", type=int, default=None, help="longer prompts are dropped (256; 512 with --episodes)"
+    )
     parser.add_argument("--lr", type=float, default=1e-5, help="learning rate (irrelevant to speed)")
     parser.add_argument("--seeds", type=int, default=300, help="arithmetic problems to build tasks from")
     parser.add_argument("--only", choices=MODES, default=None, help="run one config only")
+    parser.add_argument(
+        "--episodes", action="store_true", help="train on the bundled episode seeds (multi-turn, in environments)"
+    )
     parser.add_argument(
         "--vllm-gpu-memory-utilization",
         type=float,
@@ -143,6 +154,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allow-cpu", action="store_true", help="without a GPU: a 2-step smoke run, plain only")
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def episode_tasks() -> list[dict[str, Any]]:
+    """The bundled `episode` seeds as task records (their fixtures resolve under the repository's seeds folder)."""
+    from validators.registry import VerifyContext
+    from validators.seeds import load_seeds
+
+    seeds = REPO / "seeds"
+    loaded = load_seeds([seeds / "episode"], root=REPO, context=VerifyContext(seeds_dir=seeds))
+    if loaded.problems:
+        raise SystemExit(f"the episode seeds do not load: {loaded.problems[:3]}")
+    return loaded.tasks
 
 
 def version(package: str) -> str | None:
@@ -267,6 +290,8 @@ def child_main(spec_path: Path) -> int:
         "bf16": bool(config.bf16),
         "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.machine()})",
         "cuda": torch.version.cuda if cuda else None,
+        "episode_end_reasons": result.episode_end_reasons,
+        "episode_tool_calls": result.episode_tool_calls,
     }
     if cuda:
         free, total_memory = torch.cuda.mem_get_info()
@@ -371,6 +396,8 @@ def print_table(figures: dict[str, Any]) -> None:
             f"{cell(run.get('startup_seconds'), '.1f'):>10} {cell(run.get('peak_allocated_gib'), '.2f'):>9} "
             f"{cell(run.get('reward_last'), '.3f'):>7}"
         )
+        if run.get("episode_end_reasons"):
+            print(f"{'':<7} episodes ended {run['episode_end_reasons']}, {run['episode_tool_calls']} tool calls")
     versus = figures["vllm_over_plain"]
     if versus:
         print(
@@ -419,6 +446,8 @@ def main() -> int:
     if not cuda and not args.allow_cpu:
         print(NO_GPU, file=sys.stderr)
         return 2
+    if args.max_prompt_tokens is None:
+        args.max_prompt_tokens = 512 if args.episodes else 256  # an episode's system message lists its tools
     if not cuda:
         log.info("No CUDA GPU, --allow-cpu: smoke run of the plain config (%s)", SMOKE)
         for key, value in SMOKE.items():
@@ -448,7 +477,9 @@ def main() -> int:
     elif "vllm" in modes and not vllm_available():
         skipped["vllm"] = "skipped: vllm not installed"
         log.warning("vllm is not installed: running the plain config only. For vLLM: %s", GPU_EXTRA_HINT)
-    if args.size == BUNDLED:
+    if args.episodes:
+        train = episode_tasks()
+    elif args.size == BUNDLED:
         train, _ = contact_tasks(4)
     else:
         train, _ = split_tasks(arithmetic_tasks(2, ["+", "-"], args.seeds, 2))
@@ -542,6 +573,7 @@ def main() -> int:
                 "max_prompt_tokens": args.max_prompt_tokens,
                 "learning_rate": args.lr,
                 "train_tasks": exported.rows,
+                "episodes": args.episodes,
                 "vllm_colocate": {"vllm_mode": "colocate", **vllm_settings},
             },
             "runs": runs,

@@ -114,6 +114,7 @@ def quickstart(settings: Settings) -> ProfileResources:
             temperature=0.7,
             max_per_family=1,
             batch_size=16,
+            episode_max_turns=4,  # as the training episodes: a 135M model that loops calls stops early
         ),
         judge_gate_blocks=False,  # warns: a 135M judge cannot meet the floors
         nightly_running=False,  # switched on in the UI

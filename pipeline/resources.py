@@ -541,8 +541,10 @@ class TrainingPolicy(dg.ConfigurableResource):
     # learnable tasks alone: a small budget of steps spent where the rewards vary).
     difficulty_max_per_family: int | None = None
     grpo_unprofiled: bool = True
-    # `episodes`: the starting policy plays the training split's multi-turn episode tasks (the profile's k,
-    # length, temperature, batch and per-family cap), each at most this many turns (None: each task's own limit).
+    # `episodes`: the starting policy plays the profile's multi-turn episode tasks (its k, length, temperature,
+    # batch and per-family cap; the profile reads their verdicts), each at most this many turns (None: each task's
+    # own limit).
+    # GRPO's episode rollouts take the same cap (its `max_episode_turns`).
     episode_max_turns: int | None = None
     # GRPO: "auto" picks CPU settings without a GPU and vLLM (colocate) on one; "cpu" or "none" as in grpo_job.
     runtime: Runtime = GRPO_JOB_FIELDS.default("runtime")
@@ -568,6 +570,9 @@ class PromotionGate(dg.ConfigurableResource):
     seed: int = 0
     max_per_family: int | None = None  # evaluate at most this many eval tasks per family (None: all)
     batch_size: int = 8  # completions generated together (a task's samples share one batch)
+    # `episode` eval tasks are played turn by turn (`training.episodes`), each at most this many turns. None: each
+    # task's own limit, the task as defined; a lower cap is cheaper and changes what passing means, for both models.
+    episode_max_turns: int | None = None
     # The promotion rules (`training.promotion.PromotionPolicy`).
     min_improvement: float = PROMOTION_FIELDS.default("min_improvement")
     max_family_regression: float = PROMOTION_FIELDS.default("max_family_regression")

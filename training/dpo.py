@@ -5,6 +5,10 @@ and writes `<output_dir>/final`. The reference model is the starting model: TRL 
 path, which is why `model_path` is a path and not a model object. Rows marked `split="eval"` are refused: they
 come from eval tasks (see `training.preferences`). Runtime settings are `training.grpo.runtime_defaults` (on CPU
 `use_cpu=True`, `bf16=False`); `overrides` go over everything (any `trl.DPOConfig` field).
+
+A pair's side may be an episode's messages (assistant turns, tool results); TRL reads each message's role and
+content, the view the policy played with (`training.episodes.chat_messages`): the calls are in the assistant's
+content as the model wrote them, and a template that also rendered `tool_calls` would train on them twice.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from training.checkpoints import metrics_callback, save_final
+from training.episodes import chat_messages
 from training.preferences import EvalLeakError, PreferenceDataError
 
 
@@ -59,7 +64,7 @@ def run_dpo(
     Args:
         pairs: rows with `prompt`, `chosen` and `rejected` (TRL's conversational preference format), e.g.
             `training.preferences.build_preference_pairs(...).pairs` or the exported `preferences_train` file;
-            other columns are ignored.
+            other columns are ignored, and so are a message's keys other than `role` and `content`.
         model_path: a model directory or hub id: the policy to train and, loaded again, the reference.
         output_dir: the run folder; the model lands in `<output_dir>/final`.
         max_steps: optimizer steps.
@@ -124,8 +129,9 @@ def run_dpo(
         raise PreferenceDataError(f"overrides: {exc}; use trl.DPOConfig field names") from None
     model_name = os.fspath(model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_name)
-    # Only the three columns TRL reads: the verdict columns may hold nulls that Arrow cannot type.
-    rows = [{key: list(row[key]) for key in ("prompt", "chosen", "rejected")} for row in pairs]
+    # Only the three columns TRL reads (the verdict columns may hold nulls that Arrow cannot type), each message as
+    # the policy reads it: an episode's `tool_calls` repeat its content's calls, and are null on other messages.
+    rows = [{key: chat_messages(row[key]) for key in ("prompt", "chosen", "rejected")} for row in pairs]
     callback = metrics_callback(on_metrics)
     trainer = DPOTrainer(
         model=model_name,

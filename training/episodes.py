@@ -31,6 +31,13 @@ Model output is untrusted and every way it can go wrong ends the episode as the 
 over the size limit or against the tool's schema and unknown tools end it `invalid_call`; JSON that does not
 parse is no call, so the turn is an answer (which fails the goal); refusals come back as errors until the third
 ends it `tool_error`; a loop of calls ends at `max_turns`. The tools only touch the episode's copy of the state.
+
+**Any mix of tasks.** `play_and_score(model, tasks, k=...)` is how a policy is scored on a table that holds both
+kinds (`difficulty_profile`, `checkpoint_eval`): `episode` tasks are played here, the others sampled in one turn by
+`training.evaluation.sample_and_score`, and the verdicts come back in the tasks' order as one `SampledVerdicts`,
+whose rows all have the same fields (`SCORED_FIELDS`: an episode's `turns` and `end_reason`, None for a single-turn
+sample), so the statistics treat every row alike. Episodes already played by the same policy with the same k (the
+`episodes` asset) can be passed in instead of being played again.
 """
 
 from __future__ import annotations
@@ -45,7 +52,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from training.evaluation import check_sampling, readable_in_order
+from training.evaluation import (
+    SampledVerdicts,
+    check_sampling,
+    is_episode,
+    readable_in_order,
+    sample_and_score,
+)
 from training.stats import EvaluationError
 from validators.batch import verify_many
 from validators.environments import (
@@ -65,7 +78,14 @@ EPISODE_FIELDS = (
     "task_id", "family", "sample", "model", "completion", "turns", "tool_calls", "end_reason", "end_detail",
     "changes", "score", "passed", "reason",
 )  # fmt: skip
+# The fields of a `play_and_score` row: `sample_and_score`'s, then an episode's messages and end (None: single-turn).
+SCORED_FIELDS = ("task_id", "family", "sample", "completion", "score", "passed", "reason", "turns", "end_reason")
 logger = logging.getLogger(__name__)
+
+
+class PlayedEpisodesError(EvaluationError):
+    """Episodes passed to `play_and_score` as played that are not k samples of each episode task it scores."""
+
 
 # One assistant turn per conversation, the i-th sampled with seeds[i]: `sample_episodes`' policy.
 TurnSampler = Callable[[Sequence[Sequence[Mapping[str, Any]]], Sequence[int]], list[str]]
@@ -100,10 +120,7 @@ class EngineTurns:
     def __call__(self, conversations: Sequence[Sequence[Mapping[str, Any]]], seeds: Sequence[int]) -> list[str]:
         from llm.generation import GenerationRequest
 
-        prompts = [
-            self.engine.prompt_ids([{"role": m["role"], "content": m["content"]} for m in conversation])
-            for conversation in conversations
-        ]
+        prompts = [self.engine.prompt_ids(chat_messages(conversation)) for conversation in conversations]
         texts = [""] * len(prompts)
         order = readable_in_order(self.engine, prompts, self.max_new_tokens, "episodes")  # the others: empty turns
         for start in range(0, len(order), self.batch_size):
@@ -117,6 +134,21 @@ class EngineTurns:
             for i, result in zip(batch, self.engine.generate(requests), strict=True):
                 texts[i] = result.completions[0].text
         return texts
+
+
+def chat_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as the policy reads them through its chat template: role and content only.
+
+    An assistant turn's calls are in its content, as the model wrote them; its `tool_calls` are the same calls
+    parsed, so a template that renders them too would show every call twice. `EngineTurns` plays episodes with this
+    view, and `training.dpo` trains on it.
+
+    Example:
+        >>> chat_messages([{"role": "assistant", "content": "<tool_call>...</tool_call>", "tool_calls": [{}]},
+        ...                {"role": "tool", "tool_call_id": "call_1", "content": "{}"}])
+        [{'role': 'assistant', 'content': '<tool_call>...</tool_call>'}, {'role': 'tool', 'content': '{}'}]
+    """
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
 class _ToolClock:
@@ -138,7 +170,7 @@ class _ToolClock:
 
 
 @dataclass
-class _Rollout:
+class Rollout:
     """One episode being played: its task (with the turn cap applied), environment, prompt, turns and calls."""
 
     task: Mapping[str, Any]
@@ -190,6 +222,20 @@ class _Rollout:
         return "\n".join(part for part in (tagged_calls(self.calls), self.answer) if part)
 
 
+def start_rollout(
+    environments: ExitStack, task: Mapping[str, Any], index: int, sample: int, context: VerifyContext
+) -> Rollout:
+    """Start one episode of an `episode` task in a fresh environment, closed when `environments` closes."""
+    params = task["verifier"]["params"]
+    clock = _ToolClock()
+    env = environments.enter_context(
+        environment_class(params["environment"])(
+            context=context, limits=EpisodeLimits(**params.get("limits", {})), clock=clock
+        )
+    )
+    return Rollout(task, index, sample, env, clock, env.reset(task))
+
+
 def _function(call: Mapping[str, Any]) -> dict[str, Any]:
     arguments = call["arguments"]
     return {"name": call["name"], "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}
@@ -201,14 +247,14 @@ def _turn_seed(seed: int, task: int, sample: int, turn: int) -> int:
     return int.from_bytes(digest, "big") >> 1  # torch seeds take 63 bits
 
 
-def _capped(task: Mapping[str, Any], max_turns: int | None) -> Mapping[str, Any]:
+def capped(task: Mapping[str, Any], max_turns: int | None) -> Mapping[str, Any]:
     """The task with its episode's turn limit lowered to `max_turns` (its verifier then replays with the same)."""
     params = task["verifier"]["params"]
     limits = params.get("limits", {})
     if max_turns is None or EpisodeLimits(**limits).max_turns <= max_turns:
         return task
-    capped = {**params, "limits": {**limits, "max_turns": max_turns}}
-    return {**task, "verifier": {**task["verifier"], "params": capped}}
+    lowered = {**params, "limits": {**limits, "max_turns": max_turns}}
+    return {**task, "verifier": {**task["verifier"], "params": lowered}}
 
 
 def _check_arguments(
@@ -224,8 +270,8 @@ def _check_arguments(
     if max_turns is not None and max_turns < 1:
         raise EvaluationError(f"max_turns ({max_turns}) must be at least 1, or None: each task's own limit")
     for task in tasks:
-        name = task.get("verifier", {}).get("name")
-        if name != "episode":
+        if not is_episode(task):
+            name = (task.get("verifier") or {}).get("name")
             raise EvaluationError(
                 f"task {task['task_id']} has the {name!r} verifier; sample_episodes plays `episode` tasks "
                 "(training.evaluation.sample_and_score samples single-turn ones)"
@@ -285,18 +331,10 @@ def sample_episodes(
             model_path_or_id, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size
         )
     context = context or VerifyContext()
-    rollouts: list[_Rollout] = []
+    rollouts: list[Rollout] = []
     with ExitStack() as environments:  # every episode's copy of its state is removed, whatever happens
-        for index, task in enumerate(_capped(task, max_turns) for task in tasks):
-            params = task["verifier"]["params"]
-            for sample in range(k):
-                clock = _ToolClock()
-                env = environments.enter_context(
-                    environment_class(params["environment"])(
-                        context=context, limits=EpisodeLimits(**params.get("limits", {})), clock=clock
-                    )
-                )
-                rollouts.append(_Rollout(task, index, sample, env, clock, env.reset(task)))
+        for index, task in enumerate(capped(task, max_turns) for task in tasks):
+            rollouts += [start_rollout(environments, task, index, sample, context) for sample in range(k)]
         turn = 0
         while live := [r for r in rollouts if r.env.end_reason is None]:
             seeds = [_turn_seed(seed, r.index, r.sample, turn) for r in live]
@@ -325,3 +363,106 @@ def sample_episodes(
         }
         for r, completion, diff, verdict in zip(rollouts, completions, changes, verdicts, strict=True)
     ]
+
+
+def play_and_score(
+    model_path_or_id: str | os.PathLike[str],
+    tasks: Sequence[Mapping[str, Any]],
+    *,
+    k: int = 1,
+    max_new_tokens: int = 256,
+    temperature: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 8,
+    max_turns: int | None = None,
+    workers: int | None = None,
+    context: VerifyContext | None = None,
+    played: Sequence[Mapping[str, Any]] | None = None,
+    generate: TurnSampler | None = None,
+) -> SampledVerdicts:
+    """Score a policy on any mix of tasks: `episode` tasks played turn by turn, the others sampled in one turn.
+
+    The `episode` tasks go to `sample_episodes` (or come from `played`), the others to
+    `training.evaluation.sample_and_score`, with the same sampling arguments; the verdicts come back in the order of
+    `tasks`, samples in order, so `training.stats.evaluate`/`compare` and the tables downstream treat every row alike.
+
+    Args:
+        model_path_or_id: the policy: a model directory or hub id.
+        tasks: task records of any verifiers.
+        k: samples (completions or episodes) per task.
+        max_new_tokens: the length cap of a completion, or of one assistant turn of an episode.
+        temperature: sampling temperature; 0 is greedy.
+        seed: the sampling seed of both samplers (each derives its own per-task seeds from it).
+        batch_size: completions or live episodes per generation call.
+        max_turns: lowers every episode task's turn limit (None: each task's own).
+        workers: verifier threads (see `validators.batch.verify_many`).
+        context: where verifier fixtures and the environments' state resolve.
+        played: rows of episodes this policy already played with these arguments (`sample_episodes`' rows, e.g.
+            the `episodes` asset): used for the episode tasks instead of playing them again. Each episode task must
+            have exactly samples 0..k-1 there; rows of other tasks are ignored.
+        generate: the episode policy (`sample_episodes`' `generate`); tests pass a scripted one.
+
+    Returns:
+        `SampledVerdicts` whose rows have the fields `SCORED_FIELDS` (`turns` and `end_reason` None for a
+        single-turn sample).
+
+    Raises:
+        EvaluationError: bad arguments, a task without a task_id or listed twice.
+        PlayedEpisodesError: `played` lacks an episode task's samples or holds other ones.
+
+    Example:
+        >>> sampled = play_and_score(model_dir, eval_tasks, k=4, max_new_tokens=64)  # doctest: +SKIP
+        >>> [(r["task_id"], r["end_reason"], r["passed"]) for r in sampled.rows[:2]]  # doctest: +SKIP
+        [('3f1c...', None, False), ('3f1c...', None, True)]
+    """
+    check_sampling(tasks, k=k, batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature)
+    episode_tasks = [task for task in tasks if is_episode(task)]
+    options: dict[str, Any] = {"k": k, "max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed}
+    options |= {"batch_size": batch_size, "workers": workers, "context": context}
+    episodes: Sequence[Mapping[str, Any]]
+    if played is None:
+        episodes = sample_episodes(model_path_or_id, episode_tasks, max_turns=max_turns, generate=generate, **options)
+    else:
+        _check_played(played, episode_tasks, k)
+        wanted = {task["task_id"] for task in episode_tasks}
+        episodes = [row for row in played if row["task_id"] in wanted]
+    single = sample_and_score(model_path_or_id, [task for task in tasks if not is_episode(task)], **options)
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for row in [*single.rows, *episodes]:
+        by_task.setdefault(row["task_id"], []).append(_scored(row))
+    families = {task["task_id"]: str(task.get("family") or "unknown") for task in tasks}
+    rows = [
+        {**row, "family": families[task["task_id"]]}
+        for task in tasks
+        for row in sorted(by_task[task["task_id"]], key=lambda r: r["sample"])
+    ]
+    passed: dict[str, list[bool]] = {task["task_id"]: [] for task in tasks}
+    for row in rows:
+        passed[row["task_id"]].append(row["passed"])
+    return SampledVerdicts(passed=passed, families=families, rows=rows)
+
+
+def _scored(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A sampler's row (or a stored one) as a `play_and_score` row, with plain Python types."""
+    score = row.get("score")
+    return {
+        **{name: row.get(name) for name in SCORED_FIELDS},
+        "sample": int(row["sample"]),
+        "passed": bool(row["passed"]),
+        "score": None if score is None else float(score),
+    }
+
+
+def _check_played(played: Sequence[Mapping[str, Any]], tasks: Sequence[Mapping[str, Any]], k: int) -> None:
+    """Refuse played episodes that are not k samples of each episode task: a table played with another k or on
+    other tasks would be scored as if it were this one."""
+    samples: dict[str, list[int]] = {}
+    for row in played:
+        samples.setdefault(row["task_id"], []).append(int(row["sample"]))
+    for task in tasks:
+        got = sorted(samples.get(task["task_id"], []))
+        if got != list(range(k)):
+            raise PlayedEpisodesError(
+                f"task {task['task_id']}: the played episodes hold samples {got}, not samples 0..{k - 1} (k={k}); "
+                "play every episode task k times with this policy (or pass played=None to play them here)"
+            )

@@ -2,7 +2,8 @@
 
 The table (`checkpoint_eval`) holds one row per sampled completion: `role` (`baseline` or `candidate`),
 `model`, `task_id`, `family`, `failure_eval` (the task is a held-out production failure), `sample`, `passed`,
-`score`, `reason`, `completion`.
+`score`, `reason`, `completion`, and for an `episode` task (one row per episode) its `end_reason` and `turns`.
+Every row counts alike: an episode's verdict is one sample's.
 """
 
 from __future__ import annotations

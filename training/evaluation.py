@@ -6,6 +6,10 @@ k samples) and judges each with the task's own verifier (`validators.batch.verif
 validated the data and was the reward. Its verdicts feed the statistics of `training.stats`: `evaluate`
 (pass@k per family with task-bootstrap intervals) and `compare` (the paired candidate-vs-baseline difference
 `training.promotion` gates on).
+
+This module samples single-turn tasks only: an `episode` task is a conversation with its environment, which
+`training.episodes` plays turn by turn. `training.episodes.play_and_score` takes any mix of tasks, sends each kind
+to its sampler and merges the verdicts back in task order; the pipeline's profile and gate go through it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from training.stats import EvaluationError
 from validators.batch import verify_many
 from validators.registry import VerifyContext
+from validators.verifiers.episode import Episode
 
 if TYPE_CHECKING:  # torch and the engine load on first use
     from llm.generation import Engine
@@ -27,12 +32,18 @@ if TYPE_CHECKING:  # torch and the engine load on first use
 logger = logging.getLogger(__name__)
 
 
+def is_episode(task: Mapping[str, Any]) -> bool:
+    """Whether a task is a multi-turn episode (`training.episodes` plays it), not a single-turn one."""
+    return (task.get("verifier") or {}).get("name") == Episode.name
+
+
 @dataclass(frozen=True)
 class SampledVerdicts:
     """What `sample_and_score` produced: pass/fail per sample, each task's family, and one row per completion.
 
     `rows` hold `task_id`, `family`, `sample` (0..k-1), `completion`, `score`, `passed` and `reason`, so a
-    person can read what the model wrote next to why it failed.
+    person can read what the model wrote next to why it failed (`training.episodes.play_and_score` adds an
+    episode's `turns` and `end_reason`).
     """
 
     passed: dict[str, list[bool]]
@@ -88,13 +99,20 @@ def sample_and_score(
         `SampledVerdicts`: `passed` (task_id -> k booleans, ready for `evaluate`/`compare`), `families`, `rows`.
 
     Raises:
-        EvaluationError: bad arguments, a task without `task_id`, a repeated task_id or a malformed prompt.
+        EvaluationError: bad arguments, a task without `task_id`, a repeated task_id, a malformed prompt or an
+            `episode` task (`training.episodes.play_and_score` takes any mix of tasks).
 
     Example:
         >>> sampled = sample_and_score(model_dir, eval_tasks, k=4, max_new_tokens=64)  # doctest: +SKIP
         >>> evaluate(sampled.passed, sampled.families, ks=[1, 4]).overall["pass@4"]  # doctest: +SKIP
     """
     check_sampling(tasks, k=k, batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature)
+    episodes = [task["task_id"] for task in tasks if is_episode(task)]
+    if episodes:  # in one turn the model would write every call blind, never seeing a tool's result
+        raise EvaluationError(
+            f"{len(episodes)} `episode` task(s), e.g. {episodes[0]}: an episode is played turn by turn in its "
+            "environment, not sampled in one turn; use training.episodes.play_and_score (any mix of tasks)"
+        )
     jobs = [(task, sample) for task in tasks for sample in range(k)]
     samples = _generate(
         model_path_or_id,

@@ -57,11 +57,14 @@ from training.checkpoints import (
 )
 from validators.registry import REGISTRY, UnknownVerifierError
 from validators.rewards import VERIFIER_COLUMN, RewardConfigError, build_reward_funcs
+from validators.verifiers.episode import Episode
 
 if TYPE_CHECKING:
     from datasets import Dataset
     from transformers import PreTrainedTokenizerBase
     from trl import GRPOConfig
+
+    from training.episode_rollouts import EpisodeRollouts
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +184,8 @@ def _seedwheel_problems(config: Any) -> list[str]:
             problems.append(problem)
     if config.max_prompt_tokens is not None and config.max_prompt_tokens < 1:
         problems.append(f"max_prompt_tokens={config.max_prompt_tokens} must be >= 1, or None to keep every prompt.")
+    if config.max_episode_turns is not None and config.max_episode_turns < 1:
+        problems.append(f"max_episode_turns={config.max_episode_turns} must be >= 1, or None for each task's own.")
     if config.max_completion_length is not None and config.max_completion_length < 1:
         problems.append(f"max_completion_length={config.max_completion_length} must be >= 1.")
     if config.remove_unused_columns:
@@ -223,6 +228,10 @@ class SeedwheelGRPOFields:
     max_prompt_tokens: int | None = field(
         default=512, metadata={"help": "Drop prompts longer than this many tokens (chat template applied)."}
     )
+    max_episode_turns: int | None = field(
+        default=None,
+        metadata={"help": "Lower every episode task's turn limit to this (its reward replays with the same)."},
+    )
     use_lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (needs peft)."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: float = field(default=32.0, metadata={"help": "LoRA alpha."})
@@ -263,6 +272,8 @@ def grpo_config_class() -> type[SeedwheelGRPOConfig]:
                 `reward_weights` (leave that unset).
             max_prompt_tokens: prompts longer than this (chat template applied) are dropped before training, with
                 a logged count; TRL 1.16 removed `max_prompt_length`. None keeps every prompt.
+            max_episode_turns: lowers every `episode` task's turn limit for its rollouts and its reward's replay
+                (`training.episode_rollouts`); None keeps each task's own.
             use_lora: train LoRA adapters (needs `peft`); the final model is saved merged.
             lora_r: LoRA rank.
             lora_alpha: LoRA scaling numerator.
@@ -319,6 +330,9 @@ class GRPOResult:
         filtered_task_ids: task ids of the rows dropped for prompts longer than `max_prompt_tokens` (the
             checkpoint's manifest leaves them out).
         train_seconds: wall time of `trainer.train()`.
+        episode_end_reasons: how the episodes played for training ended (`training.episode_rollouts`); empty
+            when the split holds no episode task.
+        episode_tool_calls: tool calls those episodes made.
     """
 
     checkpoint_dir: Path
@@ -329,6 +343,8 @@ class GRPOResult:
     train_rows: int
     filtered_task_ids: list[str]
     train_seconds: float = 0.0
+    episode_end_reasons: dict[str, int] = field(default_factory=dict)
+    episode_tool_calls: int = 0
 
     @property
     def filtered_rows(self) -> int:
@@ -358,6 +374,8 @@ class GRPOResult:
             "filtered_task_ids": self.filtered_task_ids,
             "verifier_versions": self.verifier_versions,
             "train_seconds": round(self.train_seconds, 3),
+            "episode_end_reasons": self.episode_end_reasons,
+            "episode_tool_calls": self.episode_tool_calls,
         }
 
 
@@ -590,6 +608,8 @@ def run_grpo(
             f"no training rows left: all {total} prompts in {config.train_file} are longer than max_prompt_tokens="
             f"{config.max_prompt_tokens} tokens (or the file is empty). Raise max_prompt_tokens or shorten prompts."
         )
+    dataset = cap_episode_turns(dataset, config.max_episode_turns)
+    rollouts = _episode_rollouts(dataset)
     versions = verifier_versions(dataset[VERIFIER_COLUMN])
     reward_funcs, weights = build_reward_funcs(config.reward_weights_by_verifier)
     # Normally equal already (set in __post_init__); differs only if the mapping was edited after construction.
@@ -606,6 +626,7 @@ def run_grpo(
         processing_class=tokenizer,
         callbacks=[callback],
         peft_config=lora_config(config),
+        rollout_func=rollouts,
     )
     logger.info(
         "GRPO: %d rows (%d filtered), rewards %s, weights %s, max_steps=%s",
@@ -630,4 +651,40 @@ def run_grpo(
         train_rows=len(dataset),
         filtered_task_ids=filtered,
         train_seconds=seconds,
+        episode_end_reasons=dict(rollouts.end_reasons) if rollouts else {},
+        episode_tool_calls=rollouts.tool_calls if rollouts else 0,
     )
+
+
+def cap_episode_turns(dataset: Dataset, max_turns: int | None) -> Dataset:
+    """The split with every `episode` task's turn limit lowered to `max_turns` (None: unchanged).
+
+    The rollout and the reward's replay both read the lowered limit from the `verifier` column, so an episode
+    cut at the cap is judged as the cap ended it.
+
+    Example:
+        >>> cap_episode_turns(dataset, 4)[VERIFIER_COLUMN][0]  # doctest: +SKIP
+        '{"name": "episode", "params": {"environment": "shop", ..., "limits": {"max_turns": 4}}}'
+    """
+    if max_turns is None:
+        return dataset
+    from training.episodes import capped
+
+    specs = []
+    for raw in dataset[VERIFIER_COLUMN]:
+        spec = json.loads(raw) if isinstance(raw, str) else raw
+        if spec.get("name") == Episode.name:
+            spec = capped({"verifier": spec}, max_turns)["verifier"]
+        specs.append(json.dumps(spec) if isinstance(raw, str) else spec)
+    return dataset.remove_columns(VERIFIER_COLUMN).add_column(VERIFIER_COLUMN, specs)
+
+
+def _episode_rollouts(dataset: Dataset) -> EpisodeRollouts | None:
+    """The rollout function when the split holds `episode` tasks; None leaves TRL's single-turn generation."""
+    from training.episode_rollouts import EpisodeRollouts
+
+    rollouts = EpisodeRollouts(dataset.to_list())
+    if not rollouts.tasks:
+        return None
+    logger.info("GRPO plays %d episode tasks in their environments (training.episode_rollouts)", len(rollouts.tasks))
+    return rollouts

@@ -253,6 +253,8 @@ class GRPOJobResult:
         final_reward_mean: the last logged mean reward; None when no step logged one.
         resumed_from: the checkpoint the run resumed from; None for a fresh start.
         train_seconds: wall time of training.
+        episode_end_reasons: how the episodes played for training ended; empty without episode tasks.
+        episode_tool_calls: tool calls those episodes made.
 
     Example:
         >>> result = GRPOJobResult("runs/grpo/final", 2, 8, [], {"numeric_answer": [1]}, {}, 0.5, None, 3.2)
@@ -269,6 +271,8 @@ class GRPOJobResult:
     final_reward_mean: float | None
     resumed_from: str | None
     train_seconds: float
+    episode_end_reasons: dict[str, int] = field(default_factory=dict)
+    episode_tool_calls: int = 0
 
     @property
     def filtered_rows(self) -> int:
@@ -300,6 +304,8 @@ class GRPOJobResult:
             "reward_means": {"raw_value": self.reward_means, "type": "json"},
             "resumed_from": {"raw_value": self.resumed_from or "", "type": "text"},
             "train_seconds": {"raw_value": self.train_seconds, "type": "float"},
+            "episode_end_reasons": {"raw_value": self.episode_end_reasons, "type": "json"},
+            "episode_tool_calls": self.episode_tool_calls,
         }
 
     @classmethod
@@ -333,6 +339,8 @@ class GRPOJobResult:
             final_reward_mean=None if reward is None else float(reward),
             resumed_from=_typed(values, "resumed_from", (str, type(None)), "text") or None,
             train_seconds=float(_typed(values, "train_seconds", (int, float), "a number")),
+            episode_end_reasons=dict(_typed(values, "episode_end_reasons", dict, "an object")),
+            episode_tool_calls=_typed(values, "episode_tool_calls", int, "an integer"),
         )
 
 

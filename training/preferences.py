@@ -8,16 +8,26 @@ TRL's conversational preference format, which `trl.DPOTrainer` reads as is:
 | column | meaning |
 | --- | --- |
 | `prompt` | the task's chat messages `[{role, content}]` |
-| `chosen` / `rejected` | one assistant message each: a passing and a failing completion of that prompt |
+| `chosen` / `rejected` | a passing and a failing rollout of that prompt: an assistant message, or an episode's turns |
 | `chosen_reason` / `rejected_reason`, `chosen_score` / `rejected_score` | the two verdicts |
 | `task_id`, `family` | which task (the family comes from the task record) |
 | `split` | `train` (may be trained on) or `eval` (held out: for evaluating a preference model only) |
 | `source`, `model` | the table the rollouts came from and the model that sampled them |
 
+**Episodes.** A side is what the policy produced after the prompt, so an episode's is all of its `turns` exactly as
+played (`training.episodes`: assistant turns, those with calls carrying OpenAI `tool_calls`, and a `tool` message
+per call that ran): the calls it made, what the tools answered and its final answer, not the flattened
+`completion` (the calls the verifier replays). The assistant contents hold the calls as the model wrote them and
+`tool_calls` the same calls parsed: train on role and content, as `training.dpo.run_dpo` does
+(`training.episodes.chat_messages`, the view the policy played with); a chat template that also renders
+`tool_calls` would show each call twice. TRL's DPO loss counts every token after the prompt, the `tool` results
+included: both sides' results are the environment's answers to that side's calls, so they weigh on the margin
+beside the model's own turns.
+
 **Pairing.** Per task and sampling model (a pair never mixes two models' completions): samples are ordered by
-sample index, then text, so the input's row order does not matter. Exact duplicate texts are dropped (the first
-copy is kept) and a text that both passed and failed (a flaky verifier: a sandbox timeout) is dropped from both
-sides, so a pair never has the same text on both sides. With P distinct passing and R distinct failing texts,
+sample index, then text, so the input's row order does not matter. Exact duplicate sides (the same messages) are
+dropped (the first copy is kept) and a side that both passed and failed (a flaky verifier: a sandbox timeout) is
+dropped from both, so a pair never has the same side twice. With P distinct passing and R distinct failing sides,
 pair i is (passing[i mod P], failing[i mod R]) for i < min(max_pairs_per_task, max(P, R)): every distinct
 completion is used before any is reused, no pair repeats, and one task with many samples cannot dominate the
 set. A task with no passing or no failing completion gives no pair (reported as `no_passing` / `no_failing`).
@@ -33,11 +43,12 @@ refuses them too.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeGuard, get_args
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -50,6 +61,23 @@ PairSplit = Literal["train", "eval"]
 SPLITS: tuple[str, ...] = get_args(PairSplit)
 # Pairs per task and model: enough to use a few of a task's k samples, few enough that one task cannot dominate.
 DEFAULT_MAX_PAIRS_PER_TASK = 4
+# A message of a side: an episode's turns have OpenAI tool calls (arguments as JSON text) and tool results; a
+# message without them reads back from Parquet with `tool_calls` and `tool_call_id` null.
+TOOL_CALL_TYPE = pa.struct(
+    [
+        ("id", pa.string()),
+        ("type", pa.string()),
+        ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
+    ]
+)
+TURN_TYPE = pa.struct(
+    [
+        ("role", pa.string()),
+        ("content", pa.string()),
+        ("tool_calls", pa.list_(TOOL_CALL_TYPE)),
+        ("tool_call_id", pa.string()),
+    ]
+)
 PAIR_SCHEMA = pa.schema(
     [
         ("task_id", pa.string()),
@@ -58,8 +86,8 @@ PAIR_SCHEMA = pa.schema(
         ("source", pa.string()),
         ("model", pa.string()),
         ("prompt", pa.list_(MESSAGE_TYPE)),
-        ("chosen", pa.list_(MESSAGE_TYPE)),
-        ("rejected", pa.list_(MESSAGE_TYPE)),
+        ("chosen", pa.list_(TURN_TYPE)),
+        ("rejected", pa.list_(TURN_TYPE)),
         ("chosen_reason", pa.string()),
         ("rejected_reason", pa.string()),
         ("chosen_score", pa.float64()),
@@ -111,7 +139,8 @@ def build_preference_pairs(
 
     Args:
         samples: scored completions, one per row: `task_id`, `completion`, `passed`, and optionally `score`,
-            `reason`, `sample` (its index among the task's samples) and `model` (who sampled it).
+            `reason`, `sample` (its index among the task's samples), `model` (who sampled it) and `turns` (an
+            episode's messages: then they are the side, not the completion text).
         tasks: the task records of the split the samples were drawn on (`task_id`, `family`, `prompt`); samples
             of other tasks are dropped and counted as `unknown_task`.
         split: `train` for pairs that may be trained on, `eval` for held-out pairs.
@@ -125,7 +154,7 @@ def build_preference_pairs(
     Raises:
         EvalLeakError: `split="train"` and a sample belongs to a held-out task.
         PreferenceDataError: an unknown split, `max_pairs_per_task` < 1, a sample without `task_id`,
-            `completion` or `passed`, or a task whose prompt is not chat messages.
+            `completion` or `passed`, `turns` that are not chat messages, or a task whose prompt is not.
 
     Example:
         >>> task = {"task_id": "t1", "family": "arithmetic", "prompt": [{"role": "user", "content": "2+2?"}]}
@@ -177,8 +206,8 @@ def build_preference_pairs(
                     "source": source,
                     "model": key[1],
                     "prompt": prompt,
-                    "chosen": [{"role": "assistant", "content": chosen["completion"]}],
-                    "rejected": [{"role": "assistant", "content": rejected["completion"]}],
+                    "chosen": chosen["side"],
+                    "rejected": rejected["side"],
                     "chosen_reason": chosen["reason"],
                     "rejected_reason": rejected["reason"],
                     "chosen_score": chosen["score"],
@@ -198,43 +227,61 @@ def _checked(sample: Mapping[str, Any], index: int) -> dict[str, Any]:
         )
     score = sample.get("score")
     model = sample.get("model")
+    turns = sample.get("turns")
+    if turns is None:
+        side = [{"role": "assistant", "content": sample["completion"]}]
+    elif _is_messages(turns):
+        side = json.loads(json.dumps(turns))  # a copy: pairs that reuse a rollout do not share its dicts
+    else:
+        raise PreferenceDataError(
+            f"rollout row {index} (task {sample['task_id']}) has turns that are not chat messages "
+            f"[{{role, content}}]: {str(turns)[:60]!r}; pass an episode's turns as training.episodes stores them, "
+            "or None for a single-turn completion"
+        )
     return {
         "task_id": str(sample["task_id"]),
         "model": None if model is None else str(model),
         "sample": int(sample.get("sample") or 0),
         "completion": sample["completion"],
+        "side": side,
+        "key": json.dumps(side, sort_keys=True, ensure_ascii=False),
         "passed": bool(sample["passed"]),
         "score": None if score is None else float(score),
         "reason": str(sample.get("reason") or ""),
     }
 
 
+def _is_messages(value: Any) -> TypeGuard[Sequence[Mapping[str, Any]]]:
+    """Whether `value` is a non-empty list of messages with text `role` and `content`."""
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and bool(value)
+        and all(isinstance(m, Mapping) and isinstance(m.get(k), str) for m in value for k in ("role", "content"))
+    )
+
+
 def _distinct_sides(
     rows: list[dict[str, Any]], dropped: Counter[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The passing and failing samples of one group: sorted, exact duplicates and conflicting texts removed."""
+    """The passing and failing samples of one group: sorted, exact duplicates and conflicting sides removed."""
     first: dict[tuple[str, bool], dict[str, Any]] = {}
-    for row in sorted(rows, key=lambda r: (r["sample"], r["completion"])):
-        key = (row["completion"], row["passed"])
+    for row in sorted(rows, key=lambda r: (r["sample"], r["completion"], r["key"])):
+        key = (row["key"], row["passed"])
         if key in first:
             dropped["duplicate"] += 1
         else:
             first[key] = row
-    conflicting = {text for text, passed in first if passed and (text, False) in first}
+    conflicting = {side for side, passed in first if passed and (side, False) in first}
     if conflicting:
         dropped["conflicting"] += 2 * len(conflicting)
-    kept = [row for (text, _), row in first.items() if text not in conflicting]
+    kept = [row for (side, _), row in first.items() if side not in conflicting]
     return [r for r in kept if r["passed"]], [r for r in kept if not r["passed"]]
 
 
 def _prompt(task: Mapping[str, Any]) -> list[dict[str, str]]:
     prompt = task.get("prompt")
-    if (
-        isinstance(prompt, Sequence)
-        and not isinstance(prompt, str)
-        and prompt
-        and all(isinstance(m, Mapping) and isinstance(m.get(k), str) for m in prompt for k in ("role", "content"))
-    ):
+    if _is_messages(prompt):
         return [{"role": m["role"], "content": m["content"]} for m in prompt]
     raise PreferenceDataError(
         f"task {task.get('task_id', '?')}: prompt must be chat messages [{{role, content}}] with text values, got "
@@ -242,11 +289,35 @@ def _prompt(task: Mapping[str, Any]) -> list[dict[str, str]]:
     )
 
 
+def side_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """One side of a pair in a line, for a preview: a single message's content; an episode's calls in order (by
+    tool name) and then its answer, joined by arrows.
+
+    Example:
+        >>> call = {"role": "assistant", "content": "...", "tool_calls": [{"function": {"name": "find_customer"}}]}
+        >>> side_text([call, {"role": "tool", "content": "{}"}, {"role": "assistant", "content": "Refunded."}])
+        'find_customer → Refunded.'
+        >>> side_text([{"role": "assistant", "content": "#### 4"}])
+        '#### 4'
+    """
+    if len(messages) == 1:
+        return str(messages[0].get("content") or "")
+    steps = []
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        calls = [call.get("function", {}).get("name") for call in message.get("tool_calls") or []]
+        steps.append(", ".join(str(name) for name in calls) if calls else str(message.get("content") or ""))
+    return " → ".join(steps)
+
+
 def export_pairs(pairs: Sequence[Mapping[str, Any]], out_dir: Path, split: PairSplit) -> ExportedSplit:
     """Write one split's pairs to `<out_dir>/preferences_<split>.parquet` and `.jsonl`, each atomically.
 
     The Parquet file has fixed column types (`PAIR_SCHEMA`), so an empty split still has the schema a trainer
-    expects; `datasets.load_dataset` reads either file straight into `trl.DPOTrainer`.
+    expects; `datasets.load_dataset` reads either file straight into `trl.DPOTrainer`. The JSON Lines file keeps
+    each message exactly; in the Parquet file a message without `tool_calls` or `tool_call_id` reads back with
+    them null.
 
     Args:
         pairs: pair rows (`PreferencePairs.pairs`); every row must belong to `split`.

@@ -8,6 +8,10 @@ here as a surprising reason count). Inputs are JSON Lines:
   table of them, or seed files, which the seed loader turns into task records);
 - completions: `{"task_id": ..., "completion": "<text>" | {message} | [messages]}`, any number per task.
 
+A row of an `episode` task also says how its episode ended and what it changed (`end_reason`, `changes`: the
+state diff, one line per record), from a replay in a fresh environment; `seedwheel replay` prints the whole
+transcript.
+
 Input mistakes raise `AuditInputError` naming the file, the line and the fix. A verifier that raises on one
 completion does not stop the audit: that row gets `passed: false` and reason `verifier_error: ...`.
 """
@@ -26,6 +30,7 @@ from core import SeedwheelError
 from validators.registry import VerifyContext, spec_problems, verify
 from validators.seeds import load_seeds
 from validators.tables import read_table, records_from_frame
+from validators.verifiers.episode import Episode, replay
 
 logger = logging.getLogger(__name__)
 
@@ -214,8 +219,8 @@ def audit(
         context: where fixture paths resolve; defaults as in `verify`.
 
     Returns:
-        An `AuditReport`: rows `{"line", "task_id", "verifier", "score", "passed", "reason"}` in file order,
-        and their `AuditSummary`.
+        An `AuditReport`: rows `{"line", "task_id", "verifier", "score", "passed", "reason"}` (plus `end_reason`
+        and `changes` for `episode` tasks) in file order, and their `AuditSummary`.
 
     Raises:
         AuditInputError: a malformed line, a missing field, or a task_id absent from the tasks file.
@@ -237,16 +242,18 @@ def audit(
                 "%s:%d task %s: verifier raised %s: %s", completions_path, line, task_id, type(exc).__name__, exc
             )
             score, passed, reason = 0.0, False, f"verifier_error: {type(exc).__name__}: {exc}"
-        rows.append(
-            {
-                "line": line,
-                "task_id": task_id,
-                "verifier": task["verifier"]["name"],
-                "score": score,
-                "passed": passed,
-                "reason": reason,
-            }
-        )
+        row = {
+            "line": line,
+            "task_id": task_id,
+            "verifier": task["verifier"]["name"],
+            "score": score,
+            "passed": passed,
+            "reason": reason,
+        }
+        if row["verifier"] == Episode.name and not reason.startswith("verifier_error"):
+            played = replay(task["verifier"]["params"], completion, context, prompt=task.get("prompt", ()))
+            row.update(end_reason=played.end_reason, changes=[change.describe() for change in played.changes])
+        rows.append(row)
     return AuditReport(rows=rows, summary=summarize(rows))
 
 

@@ -14,6 +14,10 @@ What TRL 1.16 does (read from `trl/trainer/grpo_trainer.py::_calculate_rewards` 
   `rewards/<name>/mean`. Reward functions must be picklable (the async rollout worker sends them to a child
   process), hence a class with a stable `__name__`, not a closure.
 
+An episode rollout (`training.episode_rollouts`) adds the column `episode`: each episode as the `episode`
+verifier reads it (the calls the model made, then its answer), None for single-turn rows. Where it is set, that
+text is scored instead of the decoded completion, whose tokens interleave the tool results.
+
 Each row's verifier spec comes from the `verifier` column: a dict, or a JSON string (Parquet/Arrow often stores
 nested values as text). A verifier that raises gives `None` for that row plus a logged warning: one broken task
 must not stop a training run, and NaN keeps it out of the advantage instead of scoring it 0.
@@ -33,6 +37,7 @@ from validators.registry import REGISTRY, UnknownVerifierError, VerifyContext, v
 logger = logging.getLogger(__name__)
 
 VERIFIER_COLUMN = "verifier"
+EPISODE_COLUMN = "episode"  # what an episode rollout played, written as the `episode` verifier reads it
 ANY_VERIFIER = "*"
 
 
@@ -86,7 +91,8 @@ class VerifierReward:
             prompts: the prompts (unused; TRL passes them).
             completions: strings, or message lists for conversational datasets.
             completion_ids: token ids (unused; TRL passes them).
-            **columns: dataset columns as lists, one value per completion; must include `self.column`.
+            **columns: dataset columns as lists, one value per completion; must include `self.column`. An
+                `episode` value, where not None, is scored in place of the row's completion.
 
         Returns:
             A list of floats in [0, 1] or None, as long as `completions`.
@@ -106,10 +112,12 @@ class VerifierReward:
                 f"reward '{self.__name__}': {len(completions)} completions but {len(specs)} '{self.column}' values"
             )
         task_ids = columns.get("task_id") or [None] * len(completions)
+        episodes = columns.get(EPISODE_COLUMN) or [None] * len(completions)
         rewards: list[float | None] = []
         reasons: list[str] = []
         for i, (spec, completion) in enumerate(zip(specs, completions, strict=True)):
-            reward, reason = self._score_one(spec, completion, task_ids[i], i)
+            played = completion if episodes[i] is None else episodes[i]
+            reward, reason = self._score_one(spec, played, task_ids[i], i)
             rewards.append(reward)
             reasons.append(reason)
         log_extra = columns.get("log_extra")

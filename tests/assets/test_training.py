@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM
 from upath import UPath
 
 import training.sft
+from assets.evaluation import EVAL_COLUMNS
 from assets.training import ROLLOUT_FIELDS
 from core.folders import RemoteFolder, working_copy
 from curation.manifests import load_manifests
@@ -30,10 +31,14 @@ from pipeline.settings import Settings
 from pipeline.storage import store_table
 from tests.paths import SEEDS
 from tests.services import fresh_database
+from training.episodes import EPISODE_FIELDS, EngineTurns
+from validators.environments import END_REASONS
 from validators.registry import Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, read_table, write_table
+from validators.tables import frame_from_records, read_table, records_from_frame, write_table
 from validators.tasks import TASK_FIELDS, compute_task_id
+from validators.verifiers.episode import episode_calls
+from validators.verifiers.tool_call import tagged_calls
 
 # Every test here materializes training assets: real SFT/GRPO steps, rollouts or the whole audit.
 pytestmark = pytest.mark.slow
@@ -132,12 +137,14 @@ def test_promotion_decides_on_the_paired_comparison(settings, candidate, baselin
         assert metadata["promoted_model"] == "base-model"
 
 
-def plant_profile_inputs(settings, policy_dir: Path) -> list[dict]:
-    """difficulty_profile's upstream: 3 bundled tasks of each short-prompt family and an untrained SFT manifest."""
-    tasks = [t for t in bundled_tasks(settings, per_family=3) if t["family"] in ("arithmetic", "sql")]
+def plant_profile_inputs(settings, policy_dir: Path | str, families=("arithmetic", "sql"), episodes=()) -> list[dict]:
+    """difficulty_profile's upstream: 3 bundled tasks of each of `families`, an untrained SFT manifest and the
+    `episodes` table (`episodes`' rows: none by default, as when the split has no episode task)."""
+    tasks = [t for t in bundled_tasks(settings, per_family=3) if t["family"] in families]
     plant_train_tasks(settings, tasks)
     manifest = {"stage": "sft", "trained": False, "checkpoint": str(policy_dir), "base_model": str(policy_dir)}
     write_table(pd.DataFrame([manifest]), settings.home / "sft_checkpoint.parquet")
+    write_table(frame_from_records(episodes, EPISODE_FIELDS), settings.home / "episodes.parquet")
     return tasks
 
 
@@ -164,6 +171,60 @@ def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_
     assert metadata["in_grpo_set"] == 0 and metadata["solved_of_k"].startswith("![")
     assert not summary.success
     assert "no training task is left for GRPO" in summary.failures[0]
+
+
+def test_difficulty_profile_scores_episode_tasks_by_the_episodes_the_policy_played(settings, tiny_model_dir):
+    tasks = plant_profile_inputs(settings, tiny_model_dir, families=("arithmetic", "episode"))
+    # The easiest task of each family: an arithmetic one sampled in one turn, an episode played turn by turn.
+    overrides = profile_overrides(difficulty_max_per_family=1, episode_max_turns=2)
+    summary = materialize(settings, "key:episodes", resources=overrides)
+    assert summary.success, summary.failures
+    played = records_from_frame(read_table(settings.home / "episodes.parquet"))
+    chosen = [tasks[i] for i in first_per_family(tasks, 1)]
+    [episode_task] = [t for t in chosen if t["family"] == "episode"]
+    # The episodes asset played exactly the episode task the profile chooses, k times, and names the policy.
+    assert [r["task_id"] for r in played] == [episode_task["task_id"]] * 2
+    assert {r["model"] for r in played} == {str(tiny_model_dir)}
+    assert all(r["end_reason"] in END_REASONS and r["turns"][0]["role"] == "assistant" for r in played)
+    # One episode's verdict changed in the table: the profile must read it from there, not play the task again.
+    played[1] |= {"passed": True, "score": 1.0, "reason": "planted"}
+    write_table(frame_from_records(played, EPISODE_FIELDS), settings.home / "episodes.parquet")
+
+    summary = materialize(settings, "key:difficulty_profile", resources=overrides)
+    assert summary.success, summary.failures
+    rows = read_table(settings.home / "difficulty_profile.parquet").set_index("task_id")
+    profiled = rows.loc[episode_task["task_id"]]
+    assert (profiled["solved"], profiled["label"], profiled["samples"]) == (1, "learnable", 2)
+    # Its rollouts are the played episodes, turns and end included, for preference_pairs.
+    assert profiled["rollouts"] == [{name: r[name] for name in ROLLOUT_FIELDS} for r in played]
+    [single] = [t for t in chosen if t["family"] == "arithmetic"]
+    assert [(r["turns"], r["end_reason"]) for r in rows.loc[single["task_id"], "rollouts"]] == [(None, None)] * 2
+    metadata = summary.assets[0].metadata
+    assert (metadata["profiled_tasks"], metadata["profiled_episode_tasks"]) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("model", "samples", "failure"),
+    [
+        # Played by the policy of an earlier sft_checkpoint: the profile must not judge this one by it.
+        ("sft/older", 2, "episodes were played by ['sft/older'], not by the starting policy sft/current"),
+        # Played with k=1 while the profile counts 2 per task.
+        ("sft/current", 1, r"samples [0], not samples 0..1 (k=2)"),
+    ],
+)
+def test_difficulty_profile_refuses_episodes_of_another_policy_or_k(settings, model, samples, failure):
+    tasks = [t for t in bundled_tasks(settings, per_family=1) if t["family"] == "episode"]
+    rows = [
+        {"task_id": t["task_id"], "family": "episode", "sample": i, "model": model, "completion": "", "passed": False}
+        | {"turns": [{"role": "assistant", "content": ""}], "end_reason": "answered", "score": 0.0, "reason": "no"}
+        for t in tasks
+        for i in range(samples)
+    ]
+    # No single-turn task: no model is loaded, the check alone decides.
+    plant_profile_inputs(settings, "sft/current", families=("episode",), episodes=rows)
+    summary = materialize(settings, "key:difficulty_profile", resources=profile_overrides())
+    assert not summary.success
+    assert failure in summary.failures[0] and "materialize episodes again" in summary.failures[0]
 
 
 @pytest.mark.parametrize("grpo_unprofiled", [True, False])
@@ -262,6 +323,49 @@ def test_preference_pairs_train_on_training_rollouts_and_keep_eval_pairs_apart(s
         assert len((export / f"preferences_{split}.jsonl").read_text().splitlines()) == 2
 
 
+def test_preference_pairs_of_episodes_are_their_turns(settings):
+    episode_tasks = [t for t in bundled_tasks(settings, per_family=2) if t["family"] == "episode"]
+    train, evaluation = episode_tasks[:1], episode_tasks[1:2]
+    plant_train_tasks(settings, train)
+    write_table(frame_from_records(evaluation, TASK_FIELDS), settings.home / "eval_tasks.parquet")
+    call = {"id": "call_1", "type": "function", "function": {"name": "find_customer", "arguments": "{}"}}
+    solved = [
+        {"role": "assistant", "content": '<tool_call>{"name": "find_customer"}</tool_call>', "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"id": 1}'},
+        {"role": "assistant", "content": "Refunded."},
+    ]
+    claimed = [{"role": "assistant", "content": "Refunded."}]
+    samples = [
+        {"sample": i, "completion": "", "passed": ok, "score": float(ok), "reason": "", "turns": turns}
+        | {"end_reason": "answered"}
+        for i, (turns, ok) in enumerate([(solved, True), (claimed, False)])
+    ]
+    profile = pd.DataFrame(
+        {"task_id": [train[0]["task_id"]], "family": ["episode"], "policy": ["sft/final"]}
+        | {"rollouts": pd.Series([samples], dtype=object)}
+    )
+    write_table(profile, settings.home / "difficulty_profile.parquet")
+    evaluated = [
+        {"role": "candidate", "model": "ckpt", "task_id": evaluation[0]["task_id"], "family": "episode"}
+        | {"failure_eval": False, **sample}
+        for sample in samples
+    ]
+    write_table(frame_from_records(evaluated, EVAL_COLUMNS), settings.home / "checkpoint_eval.parquet")
+    summary = materialize(settings, "preference_pairs")
+    assert summary.success, summary.failures
+    pairs = read_table(settings.home / "preference_pairs.parquet")
+    # Each side is the episode's messages as played (tool calls and results), in both splits.
+    assert [(p["split"], p["chosen"], p["rejected"]) for p in records_from_frame(pairs)] == [
+        ("train", solved, claimed),
+        ("eval", solved, claimed),
+    ]
+    metadata = summary.assets[0].metadata
+    assert metadata["episode_pairs"] == 2
+    assert "| find_customer → Refunded. | Refunded. |" in metadata["preview"]
+    [exported] = pq.read_table(settings.home / "export" / "preferences_train.parquet").to_pylist()
+    assert exported["chosen"][0]["tool_calls"] == [call] and exported["chosen"][1]["tool_call_id"] == "call_1"
+
+
 def test_preference_pairs_refuse_rollouts_on_eval_tasks_as_training_pairs(settings):
     tasks = bundled_tasks(settings, per_family=1)
     train, evaluation = tasks[:2], tasks[2:4]
@@ -272,9 +376,35 @@ def test_preference_pairs_refuse_rollouts_on_eval_tasks_as_training_pairs(settin
     assert not (settings.home / "export" / "preferences_train.parquet").exists()
 
 
+def test_checkpoint_eval_plays_the_episode_tasks_and_samples_the_others(settings, tiny_model_dir, monkeypatch):
+    tasks = [t for t in bundled_tasks(settings, per_family=1) if t["family"] in ("arithmetic", "episode")]
+    # Both models play the episode turn by turn, looking the same thing up every turn (a 4-token random model
+    # would answer at once): only the gate's turn cap ends the loop.
+    [lookup] = [tagged_calls(episode_calls(t["reference"])[:1]) for t in tasks if t["family"] == "episode"]
+    generate = EngineTurns.__call__
+    monkeypatch.setattr(EngineTurns, "__call__", lambda *args: [lookup for _ in generate(*args)])
+    write_table(frame_from_records(tasks, TASK_FIELDS), settings.home / "eval_tasks.parquet")
+    write_table(frame_from_records([], TASK_FIELDS), settings.home / "failure_eval.parquet")
+    checkpoint = {"checkpoint": str(tiny_model_dir), "base_model": str(tiny_model_dir)}
+    write_table(pd.DataFrame([checkpoint]), settings.home / "grpo_checkpoint.parquet")
+    gate = {"samples": 2, "max_new_tokens": 4, "episode_max_turns": 1}
+    summary = materialize(settings, "key:checkpoint_eval", resources={"gate": gate})
+    assert summary.success, summary.failures
+    rows = read_table(settings.home / "checkpoint_eval.parquet")
+    assert tuple(rows.columns) == EVAL_COLUMNS and len(rows) == 2 * 2 * 2  # roles x tasks x samples
+    episodes = rows["family"] == "episode"
+    # An episode row is one episode: its messages (the call and the tool's answer) and how it ended (the cap).
+    assert (rows.loc[episodes, "end_reason"] == "max_turns").all()
+    assert all([m["role"] for m in turns] == ["assistant", "tool"] for turns in rows.loc[episodes, "turns"])
+    assert rows.loc[~episodes, "end_reason"].isna().all() and rows.loc[~episodes, "turns"].isna().all()
+    metadata = summary.assets[0].metadata
+    assert (metadata["tasks"], metadata["episode_tasks"], metadata["episode_max_turns"]) == (2, 1, 1)
+
+
 # Every step that trains or loads a checkpoint, from the planted splits on.
 TRAINING_CHAIN = " or ".join(
-    f"key:{key}" for key in ("sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion")
+    f"key:{key}"
+    for key in ("sft_checkpoint", "episodes", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion")
 )
 
 

@@ -1,5 +1,5 @@
 """`seedwheel replay`: saved episodes replayed in fresh environments, with verdict, end reason and state diff;
-`seedwheel verify` scores the same rows through the registry."""
+`seedwheel verify` scores the same rows through the registry, with each episode's end reason and state diff."""
 
 import json
 from pathlib import Path
@@ -96,7 +96,7 @@ def test_replay_refuses_a_task_that_is_not_an_episode(tmp_path, monkeypatch):
     assert "task t1 is a numeric_answer task; score it with seedwheel verify" in result.output
 
 
-def test_verify_scores_episode_rows_like_any_other(tmp_path, monkeypatch):
+def test_verify_scores_episode_rows_with_their_end_and_state_diff(tmp_path, monkeypatch):
     rows = write_rows(
         tmp_path / "episodes.jsonl",
         messages(("cancel_order", {"order_id": 1027}), answer="Cancelled."),
@@ -108,4 +108,8 @@ def test_verify_scores_episode_rows_like_any_other(tmp_path, monkeypatch):
     assert [(v["passed"], v["reason"]) for v in verdicts] == [
         (True, "ok"),
         (False, 'missing_change: orders/1027: {"status": "cancelled"}'),
+    ]
+    assert [(v["end_reason"], v["changes"]) for v in verdicts] == [
+        ("answered", ["orders/1027: status 'pending' -> 'cancelled'"]),
+        ("answered", []),
     ]

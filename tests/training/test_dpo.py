@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from training.dpo import run_dpo
+from training.episodes import chat_messages
 from training.preferences import EvalLeakError, build_preference_pairs
 from training.tiny_model import load_policy
 
@@ -37,7 +39,7 @@ def preference_margin(model_dir: Path, pairs: list[dict[str, Any]]) -> float:
     for pair in pairs:
         start = len(tokenizer.apply_chat_template(pair["prompt"], add_generation_prompt=True)["input_ids"]) - 1
         for sign, side in ((1.0, "chosen"), (-1.0, "rejected")):
-            ids = tokenizer.apply_chat_template(pair["prompt"] + pair[side])["input_ids"]
+            ids = tokenizer.apply_chat_template(pair["prompt"] + chat_messages(pair[side]))["input_ids"]
             with torch.no_grad():
                 logps = model(torch.tensor([ids])).logits[0, :-1].log_softmax(-1)
             margin += sign * float(logps.gather(1, torch.tensor(ids[1:])[:, None])[start:].sum())
@@ -67,6 +69,74 @@ def test_one_dpo_run_moves_the_policy_towards_the_chosen_answers(tiny_model_dir:
     start, _ = load_policy(tiny_model_dir)
     before = dict(start.named_parameters())
     assert any(not torch.equal(before[name], p) for name, p in trained.named_parameters())
+
+
+def call_turn(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
+    """An assistant turn with one call, as training.episodes stores it: the text it wrote and the parsed call."""
+    written = json.dumps({"name": name, "arguments": arguments})
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    return {
+        "role": "assistant",
+        "content": f"<tool_call>{written}</tool_call>",
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
+
+
+SHOP = [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Cancel order 1027."}]
+# Per task: cancelling the order passed; claiming it without a call failed (as episode rollouts keep them).
+EPISODES = [
+    {
+        "task_id": f"shop-{n}",
+        "sample": i,
+        "completion": "",  # the pair's sides are the turns
+        "turns": turns,
+        "passed": ok,
+        "score": float(ok),
+        "reason": "",
+    }
+    for n in range(4)
+    for i, (turns, ok) in enumerate(
+        [
+            (
+                [
+                    call_turn("cancel_order", {"order_id": 1027 + n}, "call_1"),
+                    {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "cancelled"}'},
+                    {"role": "assistant", "content": "Cancelled."},
+                ],
+                True,
+            ),
+            ([{"role": "assistant", "content": "Done, it is cancelled."}], False),
+        ]
+    )
+]
+
+
+def test_episode_pairs_train_on_what_the_policy_read(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    from datasets import Dataset
+
+    tasks = [{"task_id": f"shop-{n}", "family": "episode", "prompt": SHOP} for n in range(4)]
+    pairs = build_preference_pairs(EPISODES, tasks, split="train", source="difficulty_profile").pairs
+    assert all(len(pair["chosen"]) == 3 for pair in pairs)  # the whole episode, tool result included
+    given: list[dict[str, Any]] = []
+    from_list = Dataset.from_list
+    monkeypatch.setattr(Dataset, "from_list", lambda rows, *a, **k: given.extend(rows) or from_list(rows, *a, **k))
+
+    result = run_dpo(
+        pairs,
+        tiny_model_dir,
+        tmp_path / "dpo",
+        max_steps=2,
+        learning_rate=1e-2,
+        batch_size=4,
+        max_length=512,
+        overrides={"disable_tqdm": True},
+    )
+
+    assert (result.steps, result.train_rows) == (2, 4)
+    # TRL got each message's role and content: the calls once, in the text the model wrote, not again from
+    # `tool_calls` (the chat template would render both).
+    assert [row["chosen"] for row in given] == [chat_messages(pair["chosen"]) for pair in pairs]
+    assert preference_margin(result.checkpoint_dir, pairs) > preference_margin(tiny_model_dir, pairs)
 
 
 def test_eval_pairs_are_refused_before_any_training(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from llm.generation import Engine
-from tests.paths import SEEDS, copy_seeds
+from tests.paths import SEEDS
 from training.episodes import EPISODE_FIELDS, EngineTurns, sample_episodes
 from training.stats import EvaluationError
 from validators.environments import END_REASONS
@@ -22,14 +22,8 @@ from validators.verifiers.episode import CLAIM_OF_SUCCESS, episode_calls, replay
 
 
 @pytest.fixture(scope="module")
-def context(tmp_path_factory: pytest.TempPathFactory) -> VerifyContext:
-    """A copy of the seeds' sql folder: the shop database the episodes read (and must leave as it is)."""
-    return VerifyContext(seeds_dir=copy_seeds(tmp_path_factory.mktemp("seeds"), ["sql"]))
-
-
-@pytest.fixture(scope="module")
-def seed_tasks(context: VerifyContext) -> list[dict[str, Any]]:
-    seeds = load_seeds([SEEDS / "episode"], root=SEEDS.parent, context=context)
+def seed_tasks(seed_context: VerifyContext) -> list[dict[str, Any]]:
+    seeds = load_seeds([SEEDS / "episode"], root=SEEDS.parent, context=seed_context)
     assert seeds.problems == [] and len(seeds.tasks) >= 6
     return seeds.tasks
 
@@ -87,13 +81,13 @@ def assert_replay_agrees(task: Mapping[str, Any], row: Mapping[str, Any], contex
     assert verify(task, row["completion"], context=context) == replayed.verdict
 
 
-def test_the_seed_references_played_turn_by_turn_end_answered_and_pass(seed_tasks, context, private_tmp):
-    database = context.seeds_dir / "sql" / "shop.sqlite"
+def test_the_seed_references_played_turn_by_turn_end_answered_and_pass(seed_tasks, seed_context, private_tmp):
+    database = seed_context.seeds_dir / "sql" / "shop.sqlite"
     before = database.read_bytes()
     plays = {request(task["prompt"]): reference_turns(task) for task in seed_tasks}
     policy = Scripted(plays)
 
-    rows = sample_episodes("scripted", seed_tasks, k=2, context=context, workers=1, generate=policy)
+    rows = sample_episodes("scripted", seed_tasks, k=2, context=seed_context, workers=1, generate=policy)
     assert all(tuple(row) == EPISODE_FIELDS for row in rows)  # the columns the `episodes` asset stores
 
     assert [(r["task_id"], r["sample"]) for r in rows] == [(t["task_id"], s) for t in seed_tasks for s in (0, 1)]
@@ -110,7 +104,7 @@ def test_the_seed_references_played_turn_by_turn_end_answered_and_pass(seed_task
             assert result["tool_call_id"] == message["tool_calls"][0]["id"]
             assert "error" not in json.loads(result["content"])
         assert row["changes"], task["origin"]
-        assert_replay_agrees(task, row, context)
+        assert_replay_agrees(task, row, seed_context)
     # One batched turn per round for every live episode: all of them, then fewer as the short ones answer.
     longest = max(len(p) for p in plays.values())
     assert len(policy.batches) == longest and policy.batches[0] == 2 * len(seed_tasks)
@@ -163,18 +157,20 @@ TRICKY_REFUND = call("refund_order", {**REFUND, "reason": "box {crushed</tool_ca
         pytest.param(["".join([*LOOKUPS, TRICKY_REFUND]), "Refunded."], "answered", "ok", 3, id="one-turn"),
     ],
 )
-def test_hostile_and_broken_turns_end_cleanly(seed_tasks, context, private_tmp, turns, end_reason, code, tool_calls):
+def test_hostile_and_broken_turns_end_cleanly(
+    seed_tasks, seed_context, private_tmp, turns, end_reason, code, tool_calls
+):
     [task] = [t for t in seed_tasks if "alice.martin" in request(t["prompt"])]
-    database = context.seeds_dir / "sql" / "shop.sqlite"
+    database = seed_context.seeds_dir / "sql" / "shop.sqlite"
     before = database.read_bytes()
 
     [row] = sample_episodes(
-        "scripted", [task], context=context, workers=1, generate=Scripted({request(task["prompt"]): turns})
+        "scripted", [task], context=seed_context, workers=1, generate=Scripted({request(task["prompt"]): turns})
     )
 
     assert (row["end_reason"], row["reason"].split(":")[0], row["tool_calls"]) == (end_reason, code, tool_calls)
     assert row["passed"] is (code == "ok")
-    assert_replay_agrees(task, row, context)
+    assert_replay_agrees(task, row, seed_context)
     assert database.read_bytes() == before
     assert list(private_tmp.iterdir()) == []
 
@@ -184,35 +180,41 @@ def with_limits(task: Mapping[str, Any], **limits: Any) -> dict[str, Any]:
     return {**task, "verifier": {**task["verifier"], "params": params}}
 
 
-def test_generation_time_is_not_the_episodes_time(seed_tasks, context):
+def test_generation_time_is_not_the_episodes_time(seed_tasks, seed_context):
     task = next(t for t in seed_tasks if t["verifier"]["params"]["environment"] == "shop")
     plays = {request(task["prompt"]): reference_turns(task)}
     # Each generation takes longer than the episode's whole time limit; its tools take far less.
     [slow] = sample_episodes(
-        "scripted", [with_limits(task, max_seconds=0.2)], context=context, workers=1, generate=Scripted(plays, 0.25)
+        "scripted",
+        [with_limits(task, max_seconds=0.2)],
+        context=seed_context,
+        workers=1,
+        generate=Scripted(plays, 0.25),
     )
     assert (slow["end_reason"], slow["passed"]) == ("answered", True)
     # With no time at all, the first call runs (no time has gone by yet) and the next turn is refused.
     hurried = with_limits(task, max_seconds=1e-9)
-    [row] = sample_episodes("scripted", [hurried], context=context, workers=1, generate=Scripted(plays))
+    [row] = sample_episodes("scripted", [hurried], context=seed_context, workers=1, generate=Scripted(plays))
     assert (row["end_reason"], row["tool_calls"], row["passed"]) == ("timeout", 2, False)
     assert row["reason"].startswith("timeout")
 
 
-def test_max_turns_caps_the_episode_and_its_replay(seed_tasks, context):
+def test_max_turns_caps_the_episode_and_its_replay(seed_tasks, seed_context):
     task = next(t for t in seed_tasks if len(episode_calls(t["reference"])) >= 3)
     plays = {request(task["prompt"]): reference_turns(task)}
 
-    [row] = sample_episodes("scripted", [task], context=context, max_turns=2, workers=1, generate=Scripted(plays))
+    [row] = sample_episodes("scripted", [task], context=seed_context, max_turns=2, workers=1, generate=Scripted(plays))
 
     assert (row["end_reason"], row["tool_calls"], row["passed"]) == ("max_turns", 2, False)
     assert row["reason"] == "max_turns: 2 turns without an answer"
     # A cap above the task's own limit changes nothing.
-    [full] = sample_episodes("scripted", [task], context=context, max_turns=99, workers=1, generate=Scripted(plays))
+    [full] = sample_episodes(
+        "scripted", [task], context=seed_context, max_turns=99, workers=1, generate=Scripted(plays)
+    )
     assert (full["end_reason"], full["passed"]) == ("answered", True)
 
 
-def test_a_failing_policy_leaves_no_episode_behind(seed_tasks, context, private_tmp):
+def test_a_failing_policy_leaves_no_episode_behind(seed_tasks, seed_context, private_tmp):
     copies = []
 
     def broken(conversations, seeds):
@@ -220,7 +222,7 @@ def test_a_failing_policy_leaves_no_episode_behind(seed_tasks, context, private_
         raise RuntimeError("the GPU fell over")
 
     with pytest.raises(RuntimeError, match="fell over") as raised:
-        sample_episodes("scripted", seed_tasks, k=2, context=context, generate=broken)
+        sample_episodes("scripted", seed_tasks, k=2, context=seed_context, generate=broken)
     assert copies == [2 * len(seed_tasks)]  # one copy of its state per episode while they ran
     # Closed by sample_episodes itself: the traceback still holds the environments, so no finalizer removed them.
     assert raised.traceback and list(private_tmp.iterdir()) == []
@@ -247,7 +249,7 @@ def test_bad_arguments_raise_with_a_reason(tasks, options, match):
 
 
 def test_the_tiny_model_plays_episodes_one_batched_generation_per_turn(
-    tiny_model_dir, seed_tasks, context, monkeypatch
+    tiny_model_dir, seed_tasks, seed_context, monkeypatch
 ):
     # A files episode and a shop one whose references make at least two calls.
     tasks = [
@@ -274,20 +276,22 @@ def test_the_tiny_model_plays_episodes_one_batched_generation_per_turn(
             plays[request(c)][t] if t < 2 else text for c, t, text in zip(conversations, turns, texts, strict=True)
         ]
 
-    rows = sample_episodes(tiny_model_dir, tasks, k=2, context=context, max_new_tokens=8, workers=1, generate=policy)
+    rows = sample_episodes(
+        tiny_model_dir, tasks, k=2, context=seed_context, max_new_tokens=8, workers=1, generate=policy
+    )
 
     # Three rounds (two scripted calls, the model's turn), each one generate call for every live episode.
     assert batches == [4, 4, 4]
     for task, row in zip([t for t in tasks for _ in (0, 1)], rows, strict=True):
         assert row["end_reason"] in END_REASONS and row["tool_calls"] >= 2
-        assert_replay_agrees(task, row, context)
+        assert_replay_agrees(task, row, seed_context)
     # The model's own texts differ between samples: each (task, sample, turn) has its own seed.
     assert len({json.dumps(row["turns"][4:]) for row in rows}) == 4
 
 
-def test_the_tiny_model_samples_episodes_end_to_end(tiny_model_dir, seed_tasks, context):
+def test_the_tiny_model_samples_episodes_end_to_end(tiny_model_dir, seed_tasks, seed_context):
     tasks = seed_tasks[3:6]
-    options = {"k": 2, "max_new_tokens": 8, "temperature": 1.0, "seed": 5, "context": context, "workers": 1}
+    options = {"k": 2, "max_new_tokens": 8, "temperature": 1.0, "seed": 5, "context": seed_context, "workers": 1}
 
     rows = sample_episodes(tiny_model_dir, tasks, batch_size=8, **options)
     again = sample_episodes(tiny_model_dir, tasks, batch_size=1, **options)

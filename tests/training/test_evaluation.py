@@ -19,6 +19,8 @@ from training.stats import EvaluationError, evaluate
         (lambda: sample_and_score("unused", [{"task_id": "a"}, {"task_id": "a"}]), "twice"),
         # A task without an id cannot be reported.
         (lambda: sample_and_score("unused", [{"family": "x"}]), "task_id"),
+        # An episode in one turn would write every call blind: it is played turn by turn, elsewhere.
+        (lambda: sample_and_score("unused", [{"task_id": "e", "verifier": {"name": "episode"}}]), "play_and_score"),
     ],
 )
 def test_bad_sampling_arguments_raise_with_a_reason(call, match) -> None:

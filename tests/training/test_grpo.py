@@ -8,9 +8,8 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -27,7 +26,6 @@ from training.grpo import (
 )
 from training.tiny_model import build_tiny_model
 from validators.export import export_split
-from validators.registry import REGISTRY, Completion, Verdict, Verifier, VerifyContext
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = "Answer with #### <number>."
@@ -43,43 +41,12 @@ TINY_RUN = {
 }
 
 
-class DigitShare(Verifier):
-    """Test-only: the share of digits in the completion, so random text gets rewards that differ within a group."""
-
-    name = "test_digit_share"
-    version = 1
-
-    def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
-        text = completion.text.strip()
-        return Verdict(score=sum(c.isdigit() for c in text) / max(1, len(text)), passed=True, reason="ok")
-
-
-class Exploding(Verifier):
-    """Test-only: a broken verifier that raises on every completion."""
-
-    name = "test_exploding"
-    version = 1
-    params_schema: ClassVar[dict[str, Any]] = {"type": "object"}
-
-    def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
-        raise RuntimeError("deliberately broken verifier")
-
-
 @pytest.fixture(scope="module")
 def arith_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model with a tokenizer that also saw arithmetic prompts, so they stay short (~40 tokens)."""
     texts = [*TINY_TEXTS, SYSTEM, *(f"What is {a} + {b}?" for a in range(10) for b in range(10))]
     texts += [f"#### {n}" for n in range(20)]
     return build_tiny_model(tmp_path_factory.mktemp("grpo-model") / "tiny", texts, **TINY_SIZES, seed=0)
-
-
-@pytest.fixture
-def test_verifiers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Register the test-only verifiers in a copy of the registry, dropped after the test."""
-    REGISTRY.names()  # load the built-ins first, so the copy holds them
-    monkeypatch.setattr(REGISTRY, "_verifiers", dict(REGISTRY._verifiers))
-    REGISTRY.register(DigitShare)
-    REGISTRY.register(Exploding)
 
 
 def _task(i: int, verifier: str = "numeric_answer", question: str | None = None) -> dict[str, Any]:

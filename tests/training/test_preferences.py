@@ -11,7 +11,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.paths import SEEDS
 from training import preferences
+from training.episodes import sample_episodes
 from training.preferences import (
     PAIR_COLUMNS,
     PAIR_SCHEMA,
@@ -19,13 +21,18 @@ from training.preferences import (
     PreferenceDataError,
     build_preference_pairs,
     export_pairs,
+    side_text,
 )
+from validators.registry import VerifyContext
+from validators.seeds import load_seeds
+from validators.verifiers.episode import CLAIM_OF_SUCCESS, episode_calls
 
 PROMPT = [{"role": "system", "content": "Answer with #### <number>."}, {"role": "user", "content": "2 + 2?"}]
 TASKS = [
     {"task_id": "t1", "family": "arithmetic", "prompt": PROMPT},
     {"task_id": "t2", "family": "sql", "prompt": [{"role": "user", "content": "Count the rows."}]},
 ]
+SIDES = ("prompt", "chosen", "rejected")
 
 
 def sample(text: str, passed: bool, index: int = 0, *, task: str = "t1", model: str = "m") -> dict[str, Any]:
@@ -43,6 +50,14 @@ def sample(text: str, passed: bool, index: int = 0, *, task: str = "t1", model: 
 
 def texts(pairs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(p["chosen"][0]["content"], p["rejected"][0]["content"]) for p in pairs]
+
+
+def without_nulls(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pairs read back from Parquet, less the null keys its fixed message type gives a message that lacks them."""
+    return [
+        {k: [{f: v for f, v in m.items() if v is not None} for m in v] if k in SIDES else v for k, v in row.items()}
+        for row in rows
+    ]
 
 
 @pytest.mark.parametrize(
@@ -166,7 +181,7 @@ def test_export_writes_each_split_to_its_own_files(tmp_path: Path) -> None:
         "preferences_train.jsonl",
         1,
     )
-    assert pq.read_table(exported.parquet).to_pylist() == pairs.pairs
+    assert without_nulls(pq.read_table(exported.parquet).to_pylist()) == pairs.pairs
     assert [json.loads(line) for line in exported.jsonl.read_text().splitlines()] == pairs.pairs
     empty = export_pairs([], tmp_path, "eval")  # no pairs this run: the file still has its columns and types
     assert pq.read_schema(empty.parquet).equals(PAIR_SCHEMA) and empty.jsonl.read_text() == ""
@@ -176,4 +191,119 @@ def test_export_writes_each_split_to_its_own_files(tmp_path: Path) -> None:
 
 def test_the_docstring_example_runs() -> None:
     result = doctest.testmod(preferences)
-    assert (result.attempted, result.failed) == (4, 0)
+    assert (result.attempted, result.failed) == (7, 0)
+
+
+@pytest.fixture(scope="module")
+def shop_task(seed_context: VerifyContext) -> dict[str, Any]:
+    """A shop episode whose reference makes at least two calls."""
+    seeds = load_seeds([SEEDS / "episode"], root=SEEDS.parent, context=seed_context)
+    return next(
+        t
+        for t in seeds.tasks
+        if t["verifier"]["params"]["environment"] == "shop" and len(episode_calls(t["reference"])) > 1
+    )
+
+
+def played(task: dict[str, Any], turns: list[str], context: VerifyContext, sample: int = 0) -> dict[str, Any]:
+    """One episode of `task` in which the policy writes `turns`, one per round, as sample_episodes scores it."""
+    [row] = sample_episodes(
+        "sft",
+        [task],
+        context=context,
+        workers=1,
+        generate=lambda conversations, seeds: [
+            turns[min(sum(m["role"] == "assistant" for m in c), len(turns) - 1)] for c in conversations
+        ],
+    )
+    return {**row, "sample": sample}
+
+
+def reference_turns(task: dict[str, Any]) -> list[str]:
+    calls = [json.dumps({"name": c["name"], "arguments": c["arguments"]}) for c in episode_calls(task["reference"])]
+    return [f"<tool_call>{c}</tool_call>" for c in calls] + [task["reference"].rpartition("</tool_call>")[2].strip()]
+
+
+def test_an_episode_side_is_its_turns_exactly_as_played(shop_task, seed_context, tmp_path: Path) -> None:
+    solved = played(shop_task, reference_turns(shop_task), seed_context, sample=0)
+    claimed = played(shop_task, [reference_turns(shop_task)[0], CLAIM_OF_SUCCESS], seed_context, sample=1)
+    assert (solved["passed"], claimed["passed"]) == (True, False)
+
+    [pair] = build_preference_pairs([solved, claimed], [shop_task], split="train", source="difficulty_profile").pairs
+
+    # Every turn: the calls (with their OpenAI tool_calls), the tools' answers, the final answer; not the flattened
+    # completion, which holds the calls alone.
+    assert pair["chosen"] == solved["turns"] and pair["rejected"] == claimed["turns"]
+    assert [m["role"] for m in pair["chosen"]] == ["assistant", "tool"] * (len(solved["turns"]) // 2) + ["assistant"]
+    assert pair["chosen"][0]["tool_calls"][0]["function"]["name"] == episode_calls(shop_task["reference"])[0]["name"]
+    assert pair["prompt"] == shop_task["prompt"]
+    assert (pair["chosen_reason"], pair["rejected_reason"].split(":")[0]) == ("ok", "missing_change")
+    # The pair owns its messages: changing them leaves the rollouts as they were.
+    pair["chosen"][0]["content"] = "edited"
+    assert solved["turns"][0]["content"] != "edited"
+    # Both files keep every message: the JSON Lines exactly, the Parquet file with nulls where a key is absent.
+    exported = export_pairs(
+        build_preference_pairs([solved, claimed], [shop_task], split="train", source="s").pairs,
+        tmp_path,
+        "train",
+    )
+    [from_jsonl] = [json.loads(line) for line in exported.jsonl.read_text().splitlines()]
+    assert (from_jsonl["chosen"], from_jsonl["rejected"]) == (solved["turns"], claimed["turns"])
+    [from_parquet] = without_nulls(pq.read_table(exported.parquet).to_pylist())
+    assert (from_parquet["chosen"], from_parquet["rejected"]) == (solved["turns"], claimed["turns"])
+    assert side_text(pair["rejected"]).endswith(f"→ {CLAIM_OF_SUCCESS}")
+
+
+def episode(turns: list[dict[str, Any]], passed: bool, index: int, completion: str = "<tool_call>...</tool_call>"):
+    return {**sample(completion, passed, index), "turns": turns}
+
+
+CALL = {
+    "role": "assistant",
+    "content": "<tool_call>{}</tool_call>",
+    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "find_customer", "arguments": "{}"}}],
+}
+RESULT = {"role": "tool", "tool_call_id": "call_1", "content": '{"id": 1}'}
+
+
+DONE = [CALL, RESULT, {"role": "assistant", "content": "Done."}]
+REFUSED = [CALL, RESULT, {"role": "assistant", "content": "No."}]
+WORDY = [[{**CALL, "content": f"{word} <tool_call>{{}}</tool_call>"}, RESULT] for word in ("Let me", "I will")]
+
+
+@pytest.mark.parametrize(
+    ("samples", "rejected", "dropped"),
+    [
+        # The same turns twice count once: one pair.
+        (
+            [episode(DONE, True, 0), episode(REFUSED, False, 1), episode(REFUSED, False, 2)],
+            [REFUSED],
+            {"duplicate": 1},
+        ),
+        # The same calls (so one completion text) in other words: two sides, each paired.
+        ([episode(DONE, True, 0), episode(WORDY[0], False, 1), episode(WORDY[1], False, 2)], WORDY, {}),
+        # A single-turn sample (no turns) beside an episode of the same task and model: its side is its text.
+        ([episode(DONE, True, 0), sample("No.", False, 1)], [[{"role": "assistant", "content": "No."}]], {}),
+    ],
+)
+def test_episode_sides_are_compared_by_their_messages(samples, rejected, dropped) -> None:
+    result = build_preference_pairs(samples, TASKS, split="train", source="s")
+    assert [p["chosen"] for p in result.pairs] == [DONE] * len(rejected)
+    assert [p["rejected"] for p in result.pairs] == rejected
+    assert dict(result.dropped) == dropped
+
+
+@pytest.mark.parametrize(
+    "turns",
+    [
+        # Text where the messages should be.
+        "<tool_call>{}</tool_call>",
+        # No message at all: an episode always has at least its first turn.
+        [],
+        # A message without content.
+        [{"role": "assistant"}],
+    ],
+)
+def test_turns_that_are_not_messages_are_refused(turns) -> None:
+    with pytest.raises(PreferenceDataError, match=r"rollout row 0 \(task t1\) has turns that are not chat messages"):
+        build_preference_pairs([episode(turns, True, 0)], TASKS, split="train", source="s")

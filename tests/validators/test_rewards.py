@@ -68,6 +68,25 @@ def test_verifier_column_may_hold_json_strings():
     assert reward(prompts=["a", "b"], completions=["#### 18", "<answer>x</answer>"], **kwargs) == [1.0, 1.0]
 
 
+def test_an_episode_column_is_scored_instead_of_the_decoded_tokens():
+    """An episode rollout hands over what each episode did; its decoded tokens interleave the tool results, and a
+    claim of success among them must not be what gets paid."""
+    episode = {
+        "name": "episode",
+        "params": {
+            "environment": "files",
+            "state": {"files": {"a.txt": "hi"}},
+            "goal": {"changes": [{"collection": "files", "key": "a.txt", "after": None}]},
+        },
+    }
+    deleted = '<tool_call>{"name": "delete_file", "arguments": {"path": "a.txt"}}</tool_call>'
+    kwargs, _ = trl_kwargs([episode, episode, NUMERIC], episode=[deleted, "Deleted a.txt for you!", None])
+    # Row 0 did delete the file; row 1's tokens hold the call (as a result would show it) but it never ran; the
+    # single-turn row has no episode and is scored on its completion.
+    completions = [deleted, deleted, "#### 18"]
+    assert VerifierReward()(prompts=["p"] * 3, completions=completions, **kwargs) == [1.0, 0.0, 1.0]
+
+
 def test_restricted_reward_marks_other_rows_not_applicable():
     # A per-verifier reward returns None (TRL: not applicable) for rows of other verifiers.
     reward = VerifierReward("numeric_answer")
