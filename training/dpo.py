@@ -8,7 +8,11 @@ come from eval tasks (see `training.preferences`). Runtime settings are `trainin
 
 A pair's side may be an episode's messages (assistant turns, tool results); TRL reads each message's role and
 content, the view the policy played with (`training.episodes.chat_messages`): the calls are in the assistant's
-content as the model wrote them, and a template that also rendered `tool_calls` would train on them twice.
+content as the model wrote them, and a template that also rendered `tool_calls` would train on them twice. The
+loss counts only the tokens the assistant wrote (`assistant_token_mask`): a tool result is the environment's, so
+its log-probability is not the policy's choice, and counting it would move the policy towards predicting the
+results of winning episodes. This is the mask GRPO's episode rollouts give (`env_mask`); a single-turn side's
+mask is TRL's own.
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ def run_dpo(
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import DPOConfig, DPOTrainer
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
 
     from training.grpo import runtime_defaults
 
@@ -129,17 +134,36 @@ def run_dpo(
         raise PreferenceDataError(f"overrides: {exc}; use trl.DPOConfig field names") from None
     model_name = os.fspath(model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_name)
+    tokenizer.pad_token = config.pad_token or tokenizer.pad_token or tokenizer.eos_token  # as TRL picks it
     # Only the three columns TRL reads (the verdict columns may hold nulls that Arrow cannot type), each message as
     # the policy reads it: an episode's `tool_calls` repeat its content's calls, and are null on other messages.
-    rows = [{key: chat_messages(row[key]) for key in ("prompt", "chosen", "rejected")} for row in pairs]
+    rows: list[dict[str, Any]] = [
+        {key: chat_messages(row[key]) for key in ("prompt", "chosen", "rejected")} for row in pairs
+    ]
+    for row in rows:
+        for side in ("chosen", "rejected"):
+            row[f"{side}_mask"] = assistant_token_mask(tokenizer, row["prompt"], row[side])
+    config.remove_unused_columns = False  # the masks reach the collator
     callback = metrics_callback(on_metrics)
     trainer = DPOTrainer(
         model=model_name,
         args=config,
+        data_collator=AssistantTokensCollator(
+            DataCollatorForPreference(
+                pad_token_id=tokenizer.pad_token_id,
+                max_length=config.max_length,
+                truncation_mode=config.truncation_mode,
+                # DPOConfig resolves "auto" to a number or None
+                pad_to_multiple_of=None if config.pad_to_multiple_of is None else int(config.pad_to_multiple_of),
+            )
+        ),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         callbacks=[callback],
     )
+    # TRL's default collator comes with these; the model saved at the end should agree with its tokenizer.
+    model: Any = trainer.model
+    model.config.pad_token_id = model.generation_config.pad_token_id = tokenizer.pad_token_id
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
@@ -150,3 +174,67 @@ def run_dpo(
         metrics=list(callback.history),
         train_seconds=seconds,
     )
+
+
+def assistant_token_mask(
+    tokenizer: Any, prompt: Sequence[Mapping[str, Any]], side: Sequence[Mapping[str, Any]]
+) -> list[int]:
+    """Which tokens of `prompt + side`, as the chat template renders them, the assistant of `side` wrote.
+
+    1 for each assistant message's content and its end-of-turn tokens; 0 for the prompt, the `tool` results and
+    the opener the template writes before each assistant turn (the generation prompt). A message's span is where
+    the conversation rendered up to it (with the generation prompt) and up to its end agree with the whole, so a
+    template that renders a prefix differently trains on a few tokens more, never on a tool result.
+
+    Example:
+        >>> prompt = [{"role": "user", "content": "Cancel order 7."}]
+        >>> side = [{"role": "assistant", "content": "<tool_call>...</tool_call>"},
+        ...         {"role": "tool", "content": '{"status": "cancelled"}'}, {"role": "assistant", "content": "Done."}]
+        >>> ids = tokenizer.apply_chat_template(prompt + side)  # doctest: +SKIP
+        >>> mask = assistant_token_mask(tokenizer, prompt, side)  # doctest: +SKIP
+        >>> tokenizer.decode([t for t, m in zip(ids, mask) if m])  # doctest: +SKIP
+        '<tool_call>...</tool_call><|im_end|>\\nDone.<|im_end|>\\n'
+    """
+    from trl.data_utils import common_prefix_length
+
+    def render(messages: Sequence[Mapping[str, Any]], opener: bool = False) -> list[int]:
+        rendered = tokenizer.apply_chat_template(
+            [*prompt, *messages], tokenize=True, return_dict=True, add_generation_prompt=opener
+        )
+        return list(rendered["input_ids"])
+
+    whole = render(side)
+    mask = [0] * len(whole)
+    for n, message in enumerate(side):
+        if message["role"] == "assistant":
+            start = common_prefix_length(render(side[:n], opener=True), whole)
+            end = common_prefix_length(render(side[: n + 1]), whole)
+            mask[start:end] = [1] * (end - start)
+    return mask
+
+
+@dataclass(frozen=True)
+class AssistantTokensCollator:
+    """TRL's preference collator (`base`), with each side's completion mask cut to its `chosen_mask` /
+    `rejected_mask` (`assistant_token_mask`, over the prompt and the side), truncated as `base` truncates tokens."""
+
+    base: Any  # trl.trainer.dpo_trainer.DataCollatorForPreference
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        batch = self.base(examples)
+        sides = [(example, "chosen") for example in examples] + [(example, "rejected") for example in examples]
+        for row, (example, side) in enumerate(sides):
+            mask = example[f"{side}_mask"]
+            tokens = len(example["prompt_ids"]) + len(example[f"{side}_ids"])
+            if len(mask) != tokens:
+                raise PreferenceDataError(
+                    f"{side} side of a pair: the assistant mask covers {len(mask)} tokens, TRL tokenized {tokens}; "
+                    "the chat template renders the same conversation differently from call to call"
+                )
+            if self.base.max_length is not None:
+                keep_start = self.base.truncation_mode == "keep_start"
+                mask = mask[: self.base.max_length] if keep_start else mask[-self.base.max_length :]
+            batch["completion_mask"][row, : len(mask)] *= torch.tensor(mask, dtype=batch["completion_mask"].dtype)
+        return batch

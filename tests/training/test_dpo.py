@@ -1,4 +1,5 @@
-"""A real DPO run with TRL on the tiny model, from pairs built out of verified rollouts; eval pairs are refused."""
+"""A real DPO run with TRL on the tiny model, from pairs built out of verified rollouts; eval pairs are refused;
+an episode's tool results are not trained on."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from training.dpo import run_dpo
+from training.dpo import AssistantTokensCollator, assistant_token_mask, run_dpo
 from training.episodes import chat_messages
-from training.preferences import EvalLeakError, build_preference_pairs
+from training.preferences import EvalLeakError, PreferenceDataError, build_preference_pairs
 from training.tiny_model import load_policy
 
 SYSTEM = "Answer with #### <number>."
@@ -137,6 +138,70 @@ def test_episode_pairs_train_on_what_the_policy_read(tiny_model_dir: Path, tmp_p
     # `tool_calls` (the chat template would render both).
     assert [row["chosen"] for row in given] == [chat_messages(pair["chosen"]) for pair in pairs]
     assert preference_margin(result.checkpoint_dir, pairs) > preference_margin(tiny_model_dir, pairs)
+
+
+def cancel_side(result: str) -> list[dict[str, Any]]:
+    """An episode side: the call, then what the tool returned (an episode cut off after its results)."""
+    return [
+        call_turn("cancel_order", {"order_id": 1027}, "call_1"),
+        {"role": "tool", "tool_call_id": "call_1", "content": result},
+    ]
+
+
+def test_the_mask_keeps_what_the_assistant_wrote(tiny_model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    side = [*chat_messages(cancel_side('{"status": "cancelled"}')), {"role": "assistant", "content": "Cancelled."}]
+    ids = tokenizer.apply_chat_template(SHOP + side)["input_ids"]
+    mask = assistant_token_mask(tokenizer, SHOP, side)
+    assert len(mask) == len(ids)
+    trained = tokenizer.decode([token for token, keep in zip(ids, mask, strict=True) if keep])
+    assert trained == f"{side[0]['content']}<|im_end|>\nCancelled.<|im_end|>\n"
+    # A single answer keeps TRL's own completion: everything after the prompt and its generation prompt.
+    prompt = len(tokenizer.apply_chat_template(SHOP, add_generation_prompt=True)["input_ids"])
+    answer = assistant_token_mask(tokenizer, SHOP, [{"role": "assistant", "content": "Cancelled."}])
+    assert answer == [0] * prompt + [1] * (len(answer) - prompt)
+
+
+def test_the_collator_cuts_each_sides_completion_mask() -> None:
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+    example = {
+        "prompt_ids": [5, 6],
+        "chosen_ids": [7, 8, 9],
+        "rejected_ids": [7, 4],
+        "chosen_mask": [0, 0, 1, 0, 1],
+        "rejected_mask": [0, 0, 1, 1],
+    }
+    collate = AssistantTokensCollator(DataCollatorForPreference(pad_token_id=0, max_length=4))
+    assert collate([example])["completion_mask"].tolist() == [[0, 0, 1, 0], [0, 0, 1, 1]]
+    with pytest.raises(PreferenceDataError, match="rejected side of a pair: the assistant mask covers 3 tokens"):
+        collate([{**example, "rejected_mask": [0, 0, 1]}])
+
+
+def test_tool_results_are_not_the_policys_tokens(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Two sides the policy wrote alike, that differ only in what the tool returned: DPO sees no preference."""
+    pair = {
+        "prompt": SHOP,
+        "chosen": cancel_side('{"status": "cancelled"}'),
+        "rejected": cancel_side('{"error": "order 1027 has shipped"}'),
+        "split": "train",
+    }
+    result = run_dpo(
+        [pair, pair],
+        tiny_model_dir,
+        tmp_path / "dpo",
+        max_steps=1,
+        learning_rate=1e-2,
+        batch_size=2,
+        max_length=512,
+        overrides={"disable_tqdm": True},
+    )
+    [logged] = [m for m in result.metrics if "grad_norm" in m]
+    # The policy's own tokens and what they follow are the same on both sides, so their log-probabilities move
+    # together and the loss has no gradient; counting the tool results' tokens would give one.
+    assert logged["grad_norm"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_eval_pairs_are_refused_before_any_training(tmp_path: Path) -> None:
