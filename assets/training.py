@@ -122,7 +122,11 @@ def reward_audit(
 
 @dg.asset(group_name=groups.TRAINING, deps=["reward_audit"], pool="gpu")
 def sft_checkpoint(
-    context: dg.AssetExecutionContext, train_tasks: pd.DataFrame, training: TrainingPolicy, storage: StorageRoot
+    context: dg.AssetExecutionContext,
+    train_tasks: pd.DataFrame,
+    seeds: SeedRepository,
+    training: TrainingPolicy,
+    storage: StorageRoot,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """The policy GRPO starts from: the base model after an SFT warm-up on the training references (or as is)."""
     from training.sft import run_sft
@@ -145,7 +149,14 @@ def sft_checkpoint(
             context.log.info(f"SFT step {metrics.get('step')}: loss {metrics['loss']:.4g}")
 
     with storage.folder(*run) as output_dir:
-        result = run_sft(storage.model_dir(base), tasks, output_dir, settings=settings, on_metrics=on_metrics)
+        result = run_sft(
+            storage.model_dir(base),
+            tasks,
+            output_dir,
+            settings=settings,
+            on_metrics=on_metrics,
+            context=seeds.verify_context(),  # episode references are played in their environments
+        )
         checkpoint = _stored(storage, run, output_dir, result.checkpoint_dir)
     manifest = _record_checkpoint(  # once the run folder is committed: the manifest names a checkpoint that exists
         context,
@@ -171,6 +182,8 @@ def sft_checkpoint(
             "base_model": base,
             "steps": result.steps,
             "train_rows": result.train_rows,
+            # Of them, episodes imitated turn by turn (their references played in their environments).
+            "episode_rows": sum(is_episode(t) for t in tasks if t.get("reference")),
             "skipped_rows_without_reference": result.skipped_rows,
             "train_seconds": dg.MetadataValue.float(result.train_seconds),
             "resumed_from": result.resumed_from or "",

@@ -230,6 +230,8 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     sft = read_table(settings.home / "sft_checkpoint.parquet").iloc[0]
     grpo = read_table(settings.home / "grpo_checkpoint.parquet").iloc[0]
     assert sft["trained"] and grpo["start_model"] == sft["checkpoint"]  # GRPO starts from the SFT warm-up
+    # The bundled episodes' references were imitated as played, one call per turn with its result.
+    assert asset(summary, "sft_checkpoint").metadata["episode_rows"] >= 20
     assert Path(grpo["checkpoint"], "config.json").exists()
     train = read_table(settings.home / "train_tasks.parquet")
     assert set(grpo["task_ids"]) <= set(train["task_id"])  # lineage: what the checkpoint saw

@@ -9,10 +9,10 @@ come from eval tasks (see `training.preferences`). Runtime settings are `trainin
 A pair's side may be an episode's messages (assistant turns, tool results); TRL reads each message's role and
 content, the view the policy played with (`training.episodes.chat_messages`): the calls are in the assistant's
 content as the model wrote them, and a template that also rendered `tool_calls` would train on them twice. The
-loss counts only the tokens the assistant wrote (`assistant_token_mask`): a tool result is the environment's, so
-its log-probability is not the policy's choice, and counting it would move the policy towards predicting the
-results of winning episodes. This is the mask GRPO's episode rollouts give (`env_mask`); a single-turn side's
-mask is TRL's own.
+loss counts only the tokens the assistant wrote (`training.episodes.assistant_tokens`): a tool result is the
+environment's, so its log-probability is not the policy's choice, and counting it would move the policy towards
+predicting the results of winning episodes. This is the mask GRPO's episode rollouts give (`env_mask`) and SFT
+trains with; a single-turn side's mask is TRL's own.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from training.checkpoints import metrics_callback, save_final
-from training.episodes import chat_messages
+from training.episodes import assistant_tokens, chat_messages
 from training.preferences import EvalLeakError, PreferenceDataError
 
 
@@ -142,7 +142,7 @@ def run_dpo(
     ]
     for row in rows:
         for side in ("chosen", "rejected"):
-            row[f"{side}_mask"] = assistant_token_mask(tokenizer, row["prompt"], row[side])
+            row[f"{side}_mask"] = assistant_tokens(tokenizer, row["prompt"], row[side])[1]
     config.remove_unused_columns = False  # the masks reach the collator
     callback = metrics_callback(on_metrics)
     trainer = DPOTrainer(
@@ -176,47 +176,11 @@ def run_dpo(
     )
 
 
-def assistant_token_mask(
-    tokenizer: Any, prompt: Sequence[Mapping[str, Any]], side: Sequence[Mapping[str, Any]]
-) -> list[int]:
-    """Which tokens of `prompt + side`, as the chat template renders them, the assistant of `side` wrote.
-
-    1 for each assistant message's content and its end-of-turn tokens; 0 for the prompt, the `tool` results and
-    the opener the template writes before each assistant turn (the generation prompt). A message's span is where
-    the conversation rendered up to it (with the generation prompt) and up to its end agree with the whole, so a
-    template that renders a prefix differently trains on a few tokens more, never on a tool result.
-
-    Example:
-        >>> prompt = [{"role": "user", "content": "Cancel order 7."}]
-        >>> side = [{"role": "assistant", "content": "<tool_call>...</tool_call>"},
-        ...         {"role": "tool", "content": '{"status": "cancelled"}'}, {"role": "assistant", "content": "Done."}]
-        >>> ids = tokenizer.apply_chat_template(prompt + side)  # doctest: +SKIP
-        >>> mask = assistant_token_mask(tokenizer, prompt, side)  # doctest: +SKIP
-        >>> tokenizer.decode([t for t, m in zip(ids, mask) if m])  # doctest: +SKIP
-        '<tool_call>...</tool_call><|im_end|>\\nDone.<|im_end|>\\n'
-    """
-    from trl.data_utils import common_prefix_length
-
-    def render(messages: Sequence[Mapping[str, Any]], opener: bool = False) -> list[int]:
-        rendered = tokenizer.apply_chat_template(
-            [*prompt, *messages], tokenize=True, return_dict=True, add_generation_prompt=opener
-        )
-        return list(rendered["input_ids"])
-
-    whole = render(side)
-    mask = [0] * len(whole)
-    for n, message in enumerate(side):
-        if message["role"] == "assistant":
-            start = common_prefix_length(render(side[:n], opener=True), whole)
-            end = common_prefix_length(render(side[: n + 1]), whole)
-            mask[start:end] = [1] * (end - start)
-    return mask
-
-
 @dataclass(frozen=True)
 class AssistantTokensCollator:
     """TRL's preference collator (`base`), with each side's completion mask cut to its `chosen_mask` /
-    `rejected_mask` (`assistant_token_mask`, over the prompt and the side), truncated as `base` truncates tokens."""
+    `rejected_mask` (`training.episodes.assistant_tokens`, over the prompt and the side), truncated as `base`
+    truncates the tokens."""
 
     base: Any  # trl.trainer.dpo_trainer.DataCollatorForPreference
 

@@ -38,6 +38,12 @@ kinds (`difficulty_profile`, `checkpoint_eval`): `episode` tasks are played here
 whose rows all have the same fields (`SCORED_FIELDS`: an episode's `turns` and `end_reason`, None for a single-turn
 sample), so the statistics treat every row alike. Episodes already played by the same policy with the same k (the
 `episodes` asset) can be passed in instead of being played again.
+
+**Training on episodes** sees them as the policy played them. `chat_messages` is the view it read (role and
+content); `assistant_tokens` tokenizes a conversation and marks the tokens the assistant wrote, so that SFT and
+DPO never train on a tool's result (GRPO's episode rollouts mark them the same way); `reference_turns` plays
+an episode task's reference as a policy would, one call per turn with its result, then the answer: what SFT
+imitates, in the form the prompt asks for (one call per turn, read before the next).
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ from validators.environments import (
     environment_class,
 )
 from validators.registry import Completion, VerifyContext
+from validators.verifiers.episode import episode_answer, episode_calls
 from validators.verifiers.tool_call import tagged_calls
 
 # The fields of a row (the module docstring).
@@ -149,6 +156,70 @@ def chat_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         [{'role': 'assistant', 'content': '<tool_call>...</tool_call>'}, {'role': 'tool', 'content': '{}'}]
     """
     return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def assistant_tokens(
+    tokenizer: Any, prompt: Sequence[Mapping[str, Any]], side: Sequence[Mapping[str, Any]]
+) -> tuple[list[int], list[int]]:
+    """The token ids of `prompt + side` as the chat template renders them, and which of them the assistant wrote.
+
+    The mask is 1 on each assistant message of `side` (its content and end-of-turn tokens) and 0 on the prompt,
+    the `tool` results and the opener the template writes before each assistant turn (the generation prompt).
+    A message's span is where the conversation rendered up to it (with the generation prompt) and up to its end
+    agree with the whole, so a template that renders a prefix differently trains on a few tokens more, never on a
+    tool result. For one assistant message this is the usual prompt/completion split.
+
+    Example:
+        >>> prompt = [{"role": "user", "content": "Cancel order 7."}]
+        >>> side = [{"role": "assistant", "content": "<tool_call>...</tool_call>"},
+        ...         {"role": "tool", "content": '{"status": "cancelled"}'}, {"role": "assistant", "content": "Done."}]
+        >>> ids, mask = assistant_tokens(tokenizer, prompt, side)  # doctest: +SKIP
+        >>> tokenizer.decode([t for t, m in zip(ids, mask) if m])  # doctest: +SKIP
+        '<tool_call>...</tool_call><|im_end|>\\nDone.<|im_end|>\\n'
+    """
+    from trl.data_utils import common_prefix_length
+
+    def render(messages: Sequence[Mapping[str, Any]], opener: bool = False) -> list[int]:
+        rendered = tokenizer.apply_chat_template(
+            [*prompt, *messages], tokenize=True, return_dict=True, add_generation_prompt=opener
+        )
+        return list(rendered["input_ids"])
+
+    ids = render(side)
+    mask = [0] * len(ids)
+    for n, message in enumerate(side):
+        if message["role"] == "assistant":
+            start = common_prefix_length(render(side[:n], opener=True), ids)
+            end = common_prefix_length(render(side[: n + 1]), ids)
+            mask[start:end] = [1] * (end - start)
+    return ids, mask
+
+
+def reference_turns(tasks: Sequence[Mapping[str, Any]], context: VerifyContext) -> list[list[dict[str, Any]]]:
+    """Each `episode` task's reference played as a policy plays it: one call per turn, each followed by its result
+    in a `tool` message, then the answer, in a fresh environment (removed afterwards).
+
+    A reference is one text (its calls as `<tool_call>` blocks, then the answer) and passes its verifier replayed
+    as such; played turn by turn it makes the same calls in the same order on the same state, and the turns are
+    the conversation the prompt asks for. An episode that ends before its answer (a turn cap the reference
+    exceeds) keeps the turns it played.
+
+    Example:
+        >>> [turns] = reference_turns([shop_task], VerifyContext(seeds_dir=Path("seeds")))  # doctest: +SKIP
+        >>> [m["role"] for m in turns]  # doctest: +SKIP
+        ['assistant', 'tool', 'assistant', 'tool', 'assistant']
+    """
+    played = []
+    with ExitStack() as environments:
+        for index, task in enumerate(tasks):
+            play = start_rollout(environments, task, index, 0, context)
+            reference = str(task.get("reference") or "")
+            for text in [*(tagged_calls([call]) for call in episode_calls(reference)), episode_answer(reference)]:
+                if play.env.end_reason is not None:
+                    break
+                play.take_turn(text)
+            played.append(play.turns)
+    return played
 
 
 class _ToolClock:

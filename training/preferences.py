@@ -21,7 +21,7 @@ per call that ran): the calls it made, what the tools answered and its final ans
 `tool_calls` the same calls parsed: train on role and content, as `training.dpo.run_dpo` does
 (`training.episodes.chat_messages`, the view the policy played with); a chat template that also renders
 `tool_calls` would show each call twice. `run_dpo` counts only the assistant's tokens in the loss: the `tool`
-results are the environment's, not the policy's choice (`training.dpo.assistant_token_mask`).
+results are the environment's, not the policy's choice (`training.episodes.assistant_tokens`).
 
 **Pairing.** Per task and sampling model (a pair never mixes two models' completions): samples are ordered by
 sample index, then text, so the input's row order does not matter. Exact duplicate sides (the same messages) are

@@ -4,11 +4,15 @@ A random or weak policy rarely samples a completion its verifier accepts, and GR
 whose rewards are all equal. A short supervised warm-up on the references (every valid task has one that passes
 its own verifier) teaches the output format and some of the skill, so that GRPO starts with reward variance.
 
-- **Data**: `sft_examples(tasks)` turns task records into TRL conversational examples
-  `{"messages": [*prompt, {"role": "assistant", "content": reference}]}`; tasks without a reference are skipped
-  and counted. `run_sft` feeds them to TRL as prompt-completion pairs (prompt = the task's messages, completion =
-  the assistant turn), so the loss covers the completion only (`completion_only_loss=True`), with any chat
-  template (no `{% generation %}` markers needed). Sequences longer than `max_length` tokens are truncated by TRL.
+- **Data**: `sft_examples(tasks)` turns task records into prompt-completion examples: the task's messages, and
+  the reference as the assistant's answer; tasks without a reference are skipped and counted. An `episode` task's
+  completion is its reference played turn by turn in a fresh environment (`training.episodes.reference_turns`:
+  one call per turn, its result as a `tool` message, then the answer), the conversation its prompt asks for; its
+  reference as one text would teach writing every call before seeing any result. `run_sft` tokenizes each
+  example with the chat template and gives TRL the ids with a completion mask that keeps only what the assistant
+  wrote (`training.episodes.assistant_tokens`): the prompt and the tool results are never imitated, with any
+  chat template (no `{% generation %}` markers needed). Sequences longer than `max_length` tokens are truncated
+  by TRL.
 - **Settings**: `SFTSettings` holds the run's numbers (steps, learning rate, batch size, length, LoRA or not) and
   checks them once; it is their one home (`pipeline.resources.TrainingPolicy` mirrors its defaults).
 - **Runtime**: `training.grpo.runtime_defaults(prefer_vllm=False)`: on CPU `use_cpu=True`, `bf16=False`, no
@@ -42,6 +46,9 @@ from training.checkpoints import (
     save_final,
     train_resuming,
 )
+from training.episodes import assistant_tokens, chat_messages, reference_turns
+from training.evaluation import is_episode
+from validators.registry import VerifyContext
 
 logger = logging.getLogger(__name__)
 
@@ -178,48 +185,45 @@ def _prompt_messages(task: Mapping[str, Any]) -> list[dict[str, str]]:
     )
 
 
-def sft_examples(tasks: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """TRL conversational SFT examples from task records: the prompt messages plus the reference as the answer.
+def sft_examples(
+    tasks: Iterable[Mapping[str, Any]], context: VerifyContext | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """Prompt-completion SFT examples from task records: the prompt messages, and the reference as the answer.
 
     Args:
         tasks: task records with `prompt` (chat messages or a string) and `reference` (a completion that passes
             the task's verifier, or None).
+        context: where the environments of `episode` tasks find their fixtures (the shop's database); None:
+            `VerifyContext()`.
 
     Returns:
-        `(examples, skipped)`: one `{"messages": [*prompt, {"role": "assistant", "content": reference}]}` per
-        task with a non-empty string reference, in order, and how many tasks were skipped for having none.
+        `(examples, skipped)`: one `{"prompt": [...], "completion": [...]}` per task with a non-empty string
+        reference, in order (the completion is one assistant message, or an episode's turns with their tool
+        results), and how many tasks were skipped for having none.
 
     Raises:
         SFTDataError: a task with a reference has a malformed prompt.
 
     Example:
         >>> task = {"prompt": [{"role": "user", "content": "2+2?"}], "reference": "#### 4"}
-        >>> sft_examples([task, {"prompt": "1+1?", "reference": None}])
-        ([{'messages': [{'role': 'user', 'content': '2+2?'}, {'role': 'assistant', 'content': '#### 4'}]}], 1)
+        >>> examples, skipped = sft_examples([task, {"prompt": "1+1?", "reference": None}])
+        >>> examples[0]["completion"], skipped
+        ([{'role': 'assistant', 'content': '#### 4'}], 1)
     """
-    examples: list[dict[str, Any]] = []
-    skipped = 0
-    for task in tasks:
-        reference = task.get("reference")
-        if not isinstance(reference, str) or not reference.strip():
-            skipped += 1
-            continue
-        examples.append({"messages": [*_prompt_messages(task), {"role": "assistant", "content": reference}]})
-    return examples, skipped
-
-
-def prompt_completion_rows(examples: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """TRL prompt-completion rows from `sft_examples` output: the last (assistant) message is the completion.
-
-    With `completion_only_loss=True` TRL masks the prompt's tokens out of the loss for any chat template, which
-    `assistant_only_loss` can only do for templates with `{% generation %}` markers.
-
-    Example:
-        >>> messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
-        >>> prompt_completion_rows([{"messages": messages}])
-        [{'prompt': [{'role': 'user', 'content': 'hi'}], 'completion': [{'role': 'assistant', 'content': 'yo'}]}]
-    """
-    return [{"prompt": list(e["messages"][:-1]), "completion": list(e["messages"][-1:])} for e in examples]
+    tasks = list(tasks)
+    referenced = [task for task in tasks if isinstance(task.get("reference"), str) and task["reference"].strip()]
+    prompts = [_prompt_messages(task) for task in referenced]  # a malformed one fails before any episode is played
+    played = iter(reference_turns([task for task in referenced if is_episode(task)], context or VerifyContext()))
+    examples = [
+        {
+            "prompt": prompt,
+            "completion": chat_messages(next(played))
+            if is_episode(task)
+            else [{"role": "assistant", "content": task["reference"]}],
+        }
+        for task, prompt in zip(referenced, prompts, strict=True)
+    ]
+    return examples, len(tasks) - len(referenced)
 
 
 def run_sft(
@@ -232,6 +236,7 @@ def run_sft(
     on_metrics: Callable[[dict[str, Any]], None] | None = None,
     overrides: Mapping[str, Any] | None = None,
     save_steps: int | None = None,
+    context: VerifyContext | None = None,
     lora_r: int = 16,
     lora_alpha: float = 32.0,
     lora_dropout: float = 0.05,
@@ -248,6 +253,7 @@ def run_sft(
         on_metrics: called with each logged metrics dict as training goes (see `training.checkpoints`).
         overrides: any `trl.SFTConfig` fields, applied last (e.g. `{"logging_steps": 5, "warmup_steps": 10}`).
         save_steps: checkpoint every this many steps; None saves about 5 times per run (and at the end).
+        context: where `episode` tasks' environments find their fixtures (see `sft_examples`).
         lora_r: LoRA rank.
         lora_alpha: LoRA alpha.
         lora_dropout: LoRA dropout.
@@ -267,7 +273,7 @@ def run_sft(
         (0.42, PosixPath('runs/sft/final'))
     """
     settings = settings or SFTSettings()
-    examples, skipped = sft_examples(tasks)
+    examples, skipped = sft_examples(tasks, context)
     if not examples:
         raise SFTDataError(
             f"none of the {skipped} tasks has a reference, so there is nothing to imitate. SFT needs tasks whose "
@@ -311,7 +317,12 @@ def run_sft(
 
     model_name = os.fspath(model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_name)
-    dataset = Dataset.from_list(prompt_completion_rows(examples))
+    # Tokenized here, with the mask TRL's completion_only_loss applies: only what the assistant wrote is learnt.
+    rows = []
+    for example in examples:
+        ids, mask = assistant_tokens(tokenizer, example["prompt"], example["completion"])
+        rows.append({"input_ids": ids, "completion_mask": mask})
+    dataset = Dataset.from_list(rows)
     resume = last_complete_checkpoint(output)
     if resume is not None:
         logger.info("Resuming SFT from %s", resume)

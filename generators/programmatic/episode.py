@@ -68,17 +68,16 @@ from generators.programmatic.tool_call import MONTHS
 from validators.environments import Change, Snapshot, environment_class
 from validators.registry import VerifyContext
 from validators.verifiers.episode import (
+    TOOL_BLOCK,
     EpisodeReplay,
     call_fits,
     change_fits,
+    episode_answer,
     episode_calls,
     judge_episode,
     replay,
 )
 from validators.verifiers.tool_call import tagged_calls
-
-_TOOL_BLOCK = re.compile(r"<tool_call>.*?</tool_call>", re.S)
-
 
 # Characters that continue a word: an email's `@`, and in a path `-` too (`app` is no name in `app-old.txt`).
 _WORD_JOINERS = r"\w@"
@@ -444,7 +443,7 @@ class _FilesPlan:
         names = {name for path in [*self.files, *acted] for name, _ in _names(path)}
         folders = {name for path in [*self.files, *acted] for name, folder in _names(path) if folder}
         folders |= {name for call in calls for name, _ in _names(call["arguments"].get("folder", "."))}
-        answer = _TOOL_BLOCK.sub("", parent.get("reference") or "")
+        answer = episode_answer(parent.get("reference") or "")
         written = [
             v for c in calls for k, v in c["arguments"].items() if k not in _PATH_ARGUMENTS and isinstance(v, str)
         ]
@@ -653,7 +652,7 @@ class EpisodeResample(Generator):
             detail = f"{params['environment']} episodes have no resampler (the resampled ones: {', '.join(_PLANS)})"
             out.rejects.append(self.reject(parent, "unsupported_seed", detail, {}))
             return out
-        if not calls or len(_TOOL_BLOCK.findall(reference)) != len(calls):
+        if not calls or len(TOOL_BLOCK.findall(reference)) != len(calls):
             detail = "the reference is not <tool_call> blocks and an answer"
             out.rejects.append(self.reject(parent, "unsupported_seed", detail, {}))
             return out
@@ -669,7 +668,7 @@ class EpisodeResample(Generator):
             out.rejects.append(self.reject(parent, "no_alternatives", str(exc), {}))
             return out
         before = replay(params, reference, context)
-        answer = _TOOL_BLOCK.sub("", reference).strip()
+        answer = episode_answer(reference)
         rng = self.rng(parent, random_seed)
         seen = {parent["task_id"]}
         for option in plan.draw(rng, n):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from training.dpo import AssistantTokensCollator, assistant_token_mask, run_dpo
+from training.dpo import AssistantTokensCollator, run_dpo
 from training.episodes import chat_messages
 from training.preferences import EvalLeakError, PreferenceDataError, build_preference_pairs
 from training.tiny_model import load_policy
@@ -146,22 +146,6 @@ def cancel_side(result: str) -> list[dict[str, Any]]:
         call_turn("cancel_order", {"order_id": 1027}, "call_1"),
         {"role": "tool", "tool_call_id": "call_1", "content": result},
     ]
-
-
-def test_the_mask_keeps_what_the_assistant_wrote(tiny_model_dir: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    side = [*chat_messages(cancel_side('{"status": "cancelled"}')), {"role": "assistant", "content": "Cancelled."}]
-    ids = tokenizer.apply_chat_template(SHOP + side)["input_ids"]
-    mask = assistant_token_mask(tokenizer, SHOP, side)
-    assert len(mask) == len(ids)
-    trained = tokenizer.decode([token for token, keep in zip(ids, mask, strict=True) if keep])
-    assert trained == f"{side[0]['content']}<|im_end|>\nCancelled.<|im_end|>\n"
-    # A single answer keeps TRL's own completion: everything after the prompt and its generation prompt.
-    prompt = len(tokenizer.apply_chat_template(SHOP, add_generation_prompt=True)["input_ids"])
-    answer = assistant_token_mask(tokenizer, SHOP, [{"role": "assistant", "content": "Cancelled."}])
-    assert answer == [0] * prompt + [1] * (len(answer) - prompt)
 
 
 def test_the_collator_cuts_each_sides_completion_mask() -> None:

@@ -13,12 +13,12 @@ import pytest
 
 from llm.generation import Engine
 from tests.paths import SEEDS
-from training.episodes import EPISODE_FIELDS, EngineTurns, sample_episodes
+from training.episodes import EPISODE_FIELDS, EngineTurns, assistant_tokens, reference_turns, sample_episodes
 from training.stats import EvaluationError
 from validators.environments import END_REASONS
 from validators.registry import VerifyContext, verify
 from validators.seeds import load_seeds
-from validators.verifiers.episode import CLAIM_OF_SUCCESS, episode_calls, replay
+from validators.verifiers.episode import CLAIM_OF_SUCCESS, episode_answer, episode_calls, replay
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +66,11 @@ def call(name: str, arguments: Any) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
-def reference_turns(task: Mapping[str, Any]) -> list[str]:
-    """The task's reference played one call per turn, then its answer (the text after the last call)."""
-    answer = task["reference"].rpartition("</tool_call>")[2].strip()
-    return [call(c["name"], c["arguments"]) for c in episode_calls(task["reference"])] + [answer]
+def reference_script(task: Mapping[str, Any]) -> list[str]:
+    """The task's reference as a policy's turns: one call per turn, then its answer."""
+    return [call(c["name"], c["arguments"]) for c in episode_calls(task["reference"])] + [
+        episode_answer(task["reference"])
+    ]
 
 
 def assert_replay_agrees(task: Mapping[str, Any], row: Mapping[str, Any], context: VerifyContext) -> None:
@@ -84,7 +85,7 @@ def assert_replay_agrees(task: Mapping[str, Any], row: Mapping[str, Any], contex
 def test_the_seed_references_played_turn_by_turn_end_answered_and_pass(seed_tasks, seed_context, private_tmp):
     database = seed_context.seeds_dir / "sql" / "shop.sqlite"
     before = database.read_bytes()
-    plays = {request(task["prompt"]): reference_turns(task) for task in seed_tasks}
+    plays = {request(task["prompt"]): reference_script(task) for task in seed_tasks}
     policy = Scripted(plays)
 
     rows = sample_episodes("scripted", seed_tasks, k=2, context=seed_context, workers=1, generate=policy)
@@ -111,6 +112,44 @@ def test_the_seed_references_played_turn_by_turn_end_answered_and_pass(seed_task
     assert policy.batches == sorted(policy.batches, reverse=True)
     assert database.read_bytes() == before
     assert list(private_tmp.iterdir()) == []  # every episode's copy removed
+
+
+def test_reference_turns_are_one_call_per_turn_with_its_result_then_the_answer(seed_tasks, seed_context, private_tmp):
+    database = seed_context.seeds_dir / "sql" / "shop.sqlite"
+    before = database.read_bytes()
+    played = reference_turns(seed_tasks, seed_context)
+    assert len(played) == len(seed_tasks)
+    for task, turns in zip(seed_tasks, played, strict=True):
+        calls = episode_calls(task["reference"])
+        assert [m["role"] for m in turns] == ["assistant", "tool"] * len(calls) + ["assistant"]
+        assert [episode_calls(m["content"]) for m in turns[0:-1:2]] == [[c] for c in calls]
+        assert turns[-1]["content"] == episode_answer(task["reference"])
+        assert all("error" not in json.loads(m["content"]) for m in turns[1::2])
+        replayed = replay(task["verifier"]["params"], turns, seed_context, prompt=task["prompt"])
+        assert (replayed.end_reason, replayed.verdict.passed) == ("answered", True), task["origin"]
+    assert database.read_bytes() == before
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_assistant_tokens_mark_what_the_assistant_wrote(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Cancel order 1027."}]
+    turn = call("cancel_order", {"order_id": 1027})
+    side = [
+        {"role": "assistant", "content": turn},
+        {"role": "tool", "content": '{"status": "cancelled"}'},
+        {"role": "assistant", "content": "Cancelled."},
+    ]
+    ids, mask = assistant_tokens(tokenizer, prompt, side)
+    assert ids == tokenizer.apply_chat_template(prompt + side)["input_ids"] and len(mask) == len(ids)
+    trained = tokenizer.decode([token for token, keep in zip(ids, mask, strict=True) if keep])
+    assert trained == f"{turn}<|im_end|>\nCancelled.<|im_end|>\n"
+    # One answer: the usual split, everything after the prompt and its generation prompt.
+    opener = len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True)["input_ids"])
+    _, answer = assistant_tokens(tokenizer, prompt, side[-1:])
+    assert answer == [0] * opener + [1] * (len(answer) - opener)
 
 
 BIG = "x" * 10_000_000
@@ -182,7 +221,7 @@ def with_limits(task: Mapping[str, Any], **limits: Any) -> dict[str, Any]:
 
 def test_generation_time_is_not_the_episodes_time(seed_tasks, seed_context):
     task = next(t for t in seed_tasks if t["verifier"]["params"]["environment"] == "shop")
-    plays = {request(task["prompt"]): reference_turns(task)}
+    plays = {request(task["prompt"]): reference_script(task)}
     # Each generation takes longer than the episode's whole time limit; its tools take far less.
     [slow] = sample_episodes(
         "scripted",
@@ -201,7 +240,7 @@ def test_generation_time_is_not_the_episodes_time(seed_tasks, seed_context):
 
 def test_max_turns_caps_the_episode_and_its_replay(seed_tasks, seed_context):
     task = next(t for t in seed_tasks if len(episode_calls(t["reference"])) >= 3)
-    plays = {request(task["prompt"]): reference_turns(task)}
+    plays = {request(task["prompt"]): reference_script(task)}
 
     [row] = sample_episodes("scripted", [task], context=seed_context, max_turns=2, workers=1, generate=Scripted(plays))
 
@@ -253,7 +292,7 @@ def test_the_tiny_model_plays_episodes_one_batched_generation_per_turn(
 ):
     # A files episode and a shop one whose references make at least two calls.
     tasks = [
-        next(t for t in seed_tasks if t["verifier"]["params"]["environment"] == env and len(reference_turns(t)) > 2)
+        next(t for t in seed_tasks if t["verifier"]["params"]["environment"] == env and len(reference_script(t)) > 2)
         for env in ("files", "shop")
     ]
     batches: list[int] = []
@@ -265,7 +304,7 @@ def test_the_tiny_model_plays_episodes_one_batched_generation_per_turn(
 
     monkeypatch.setattr(Engine, "generate", counted)
     real = EngineTurns(tiny_model_dir, max_new_tokens=8, temperature=1.0, batch_size=8)
-    plays = {request(t["prompt"]): reference_turns(t)[:2] for t in tasks}
+    plays = {request(t["prompt"]): reference_script(t)[:2] for t in tasks}
 
     def policy(conversations, seeds):
         """The model's own turns, overridden by the reference's first two calls: the tool messages and the

@@ -1,4 +1,5 @@
-"""SFT warm-up on the tiny model: example building, real training, the final folder, resume, and errors."""
+"""SFT warm-up on the tiny model: example building (episodes played turn by turn), real training on the
+assistant's tokens alone, the final folder, resume, and errors."""
 
 from __future__ import annotations
 
@@ -11,16 +12,20 @@ from typing import Any
 
 import pytest
 
+from tests.paths import SEEDS
+from training.episodes import chat_messages, reference_turns
 from training.sft import (
     SFTConfigError,
     SFTDataError,
     SFTResult,
     SFTSettings,
-    prompt_completion_rows,
     run_sft,
     sft_examples,
 )
 from training.tiny_model import load_policy
+from validators.registry import VerifyContext
+from validators.seeds import load_seeds
+from validators.verifiers.episode import episode_calls
 
 SYSTEM = "Answer with #### <number>."
 # Tiny steps: 4 short examples (~40 tokens) a step, ~0.05-0.1 s each on two shared cores.
@@ -75,11 +80,15 @@ def test_sft_examples_append_the_reference_and_count_skips() -> None:
         ]
     )
     assert skipped == 2
-    assert examples[0]["messages"] == [*_task(1, 2)["prompt"], {"role": "assistant", "content": "#### 3"}]
-    assert examples[1]["messages"] == [
-        {"role": "user", "content": "2+2?"},
-        {"role": "assistant", "content": "#### 4"},
-    ]
+    # The prompt is the task's messages, the completion the reference: completion_only_loss keeps the prompt out.
+    assert examples[0] == {
+        "prompt": _task(1, 2)["prompt"],
+        "completion": [{"role": "assistant", "content": "#### 3"}],
+    }
+    assert examples[1] == {
+        "prompt": [{"role": "user", "content": "2+2?"}],
+        "completion": [{"role": "assistant", "content": "#### 4"}],
+    }
 
 
 def test_sft_examples_reject_a_malformed_prompt() -> None:
@@ -115,12 +124,43 @@ def test_sft_trains_logs_loss_and_writes_a_loadable_final(
     assert changed, "SFT left every parameter unchanged"
 
 
-def test_rows_put_the_assistant_turn_in_the_completion() -> None:
-    # TRL's completion_only_loss then keeps the prompt (system + question) out of the loss.
-    examples, _ = sft_examples([_task(1, 2)])
-    (row,) = prompt_completion_rows(examples)
-    assert row["prompt"] == _task(1, 2)["prompt"]
-    assert row["completion"] == [{"role": "assistant", "content": "#### 3"}]
+@pytest.fixture(scope="module")
+def episode_tasks(seed_context: VerifyContext) -> list[dict[str, Any]]:
+    seeds = load_seeds([SEEDS / "episode"], root=SEEDS.parent, context=seed_context)
+    assert seeds.problems == []
+    return seeds.tasks
+
+
+def test_an_episode_is_imitated_as_played_one_call_per_turn(episode_tasks, seed_context) -> None:
+    examples, skipped = sft_examples([*episode_tasks, _task(1, 2)], seed_context)
+    assert skipped == 0
+    played = reference_turns(episode_tasks, seed_context)
+    for task, example, turns in zip(episode_tasks, examples, played, strict=False):
+        assert example == {"prompt": task["prompt"], "completion": chat_messages(turns)}
+        assert [m["role"] for m in example["completion"]].count("tool") >= 1
+    assert examples[-1]["completion"] == [{"role": "assistant", "content": "#### 3"}]
+
+
+def test_sft_learns_only_what_the_assistant_wrote(tiny_model_dir: Path, episode_tasks, seed_context, tmp_path) -> None:
+    """The first step's loss is the model's mean loss on the assistant's tokens: never the prompt or a tool result."""
+    import torch
+
+    from training.episodes import assistant_tokens
+
+    task = next(t for t in episode_tasks if len(episode_calls(t["reference"])) > 1)  # two tool results at least
+    [example], _ = sft_examples([task], seed_context)
+    model, tokenizer = load_policy(tiny_model_dir)
+    ids, mask = assistant_tokens(tokenizer, example["prompt"], example["completion"])
+    assert 0 < sum(mask) < len(ids) - len(tokenizer.apply_chat_template(task["prompt"])["input_ids"])
+    with torch.no_grad():
+        logps = model(torch.tensor([ids])).logits[0, :-1].log_softmax(-1)
+    token_logps = logps.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+    expected = -float(token_logps[torch.tensor(mask[1:], dtype=torch.bool)].mean())
+
+    settings = SFTSettings(max_steps=1, batch_size=1, learning_rate=1e-3, max_length=4096)
+    result = run_sft(tiny_model_dir, [task], tmp_path / "sft", settings=settings, context=seed_context, **TINY_SFT)
+    [first] = [m["loss"] for m in result.metrics if "loss" in m]
+    assert first == pytest.approx(expected, rel=1e-6)  # the same sum, in another order at most
 
 
 def test_sft_resumes_from_the_last_checkpoint(first_run: tuple[SFTResult, list[dict]], tmp_path: Path) -> None:

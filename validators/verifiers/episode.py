@@ -42,6 +42,7 @@ optionally followed by the answer; the known-wrong answer checked at validation 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -385,6 +386,20 @@ def episode_calls(completion: str | Mapping[str, Any] | Iterable[Mapping[str, An
         if isinstance(action, ToolCallAction) and action.name is not None and isinstance(arguments, Mapping):
             calls.append({"name": action.name, "arguments": dict(arguments)})
     return calls
+
+
+# A call as a reference writes it (`tagged_calls`).
+TOOL_BLOCK = re.compile(r"<tool_call>.*?</tool_call>", re.S)
+
+
+def episode_answer(reference: str) -> str:
+    """The answer of an episode written as a reference: its text without the `<tool_call>` blocks.
+
+    Example:
+        >>> episode_answer('<tool_call>{"name": "cancel_order", "arguments": {"order_id": 1027}}</tool_call>\\nDone.')
+        'Done.'
+    """
+    return TOOL_BLOCK.sub("", reference).strip()
 
 
 def _sprayed_arguments(tool: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
