@@ -129,7 +129,7 @@ def sft_checkpoint(
     storage: StorageRoot,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """The policy GRPO starts from: the base model after an SFT warm-up on the training references (or as is)."""
-    from training.sft import run_sft
+    from training.sft import EXAMPLES_VERSION, run_sft
 
     base = training.model()
     if not training.sft:
@@ -137,9 +137,10 @@ def sft_checkpoint(
         return dg.MaterializeResult(value=manifest, metadata={"trained": False, "checkpoint": base})
     tasks = records_from_frame(train_tasks[list(TASK_FIELDS)])
     settings = training.sft_settings()
-    # The run folder and manifest are named by a digest of this dict: a field added to SFTSettings renames them.
+    # The run folder and manifest are named by a digest of this dict and of how the examples are built: a field
+    # added to SFTSettings, or a new EXAMPLES_VERSION, renames them.
     config = asdict(settings)
-    digest = _digest(base, [t["task_id"] for t in tasks], config)
+    digest = _digest(base, [t["task_id"] for t in tasks], {**config, "examples": EXAMPLES_VERSION})
     run = (TRAINING_FOLDER, "sft", digest)
     history: list[dict[str, Any]] = []
 

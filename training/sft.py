@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 CHECKPOINTS_PER_RUN = 5
 # Checkpoints kept on disk; two, so a save cut off by a kill still leaves a complete one to resume from.
 KEEP_CHECKPOINTS = 2
+# How `sft_examples` builds its examples, part of the name of `sft_checkpoint`'s run folder: examples built another
+# way train another model, so a folder of the old way is never resumed as this one. 2: episodes as played, turn by
+# turn, and the loss on the assistant's tokens alone.
+EXAMPLES_VERSION = 2
 
 
 class SFTConfigError(SeedwheelError, ValueError):
