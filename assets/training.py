@@ -236,6 +236,17 @@ def difficulty_profile(
             "difficulty_profile profiles: materialize episodes again with this sft_checkpoint (select both, e.g. "
             "`key:episodes or key:difficulty_profile`)"
         )
+    # And as this profile samples: a table played with another length, temperature or turn cap measures another
+    # pass rate. A table from before the column was written says nothing, so it is played again too.
+    sampling = training.episode_sampling()
+    recorded = episodes["sampling"] if "sampling" in episodes else pd.Series(None, index=episodes.index, dtype=object)
+    played_with = set(recorded.fillna("not recorded").astype(str))
+    if episode_tasks and played_with - {sampling}:
+        raise ValueError(
+            f"episodes were played with {sorted(played_with - {sampling})[0]}, not with this profile's {sampling}: "
+            "materialize episodes again with these settings (select both, e.g. `key:episodes or "
+            "key:difficulty_profile`)"
+        )
     context.log.info(
         f"sampling {k} completions for each of {len(profiled) - episode_tasks} training tasks with {policy_model}; "
         f"{episode_tasks} episode tasks from `episodes`"
@@ -331,7 +342,9 @@ def episodes(
     # loaded from: difficulty_profile checks it is the policy it profiles.
     played = frame_from_records([{**row, "model": policy_model} for row in rows], EPISODE_FIELDS)
     environments = {task["task_id"]: task["verifier"]["params"]["environment"] for task in chosen}
-    played = played.assign(environment=[environments[task_id] for task_id in played["task_id"]])
+    played = played.assign(
+        environment=[environments[task_id] for task_id in played["task_id"]], sampling=training.episode_sampling()
+    )
     rates = played.groupby("environment")["passed"].agg(["size", "mean"]).reset_index() if rows else None
     return dg.MaterializeResult(
         value=played,

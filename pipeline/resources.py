@@ -560,6 +560,16 @@ class TrainingPolicy(dg.ConfigurableResource):
     def sft_settings(self) -> SFTSettings:
         return SFT_FIELDS.build(self)
 
+    def episode_sampling(self) -> str:
+        """How `episodes` plays (one turn's length, the temperature, the turn cap), as one string: each row it
+        writes carries it, and `difficulty_profile` profiles only with episodes played as it would sample."""
+        played = {
+            "max_new_tokens": self.difficulty_max_new_tokens,
+            "temperature": self.difficulty_temperature,
+            "max_turns": self.episode_max_turns,
+        }
+        return ", ".join(f"{key}={value}" for key, value in played.items())
+
 
 class PromotionGate(dg.ConfigurableResource):
     """How a checkpoint is evaluated against the baseline, and what it must show to be promoted."""

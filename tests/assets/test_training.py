@@ -144,7 +144,7 @@ def plant_profile_inputs(settings, policy_dir: Path | str, families=("arithmetic
     plant_train_tasks(settings, tasks)
     manifest = {"stage": "sft", "trained": False, "checkpoint": str(policy_dir), "base_model": str(policy_dir)}
     write_table(pd.DataFrame([manifest]), settings.home / "sft_checkpoint.parquet")
-    write_table(frame_from_records(episodes, EPISODE_FIELDS), settings.home / "episodes.parquet")
+    write_table(frame_from_records(episodes, [*EPISODE_FIELDS, "sampling"]), settings.home / "episodes.parquet")
     return tasks
 
 
@@ -188,7 +188,8 @@ def test_difficulty_profile_scores_episode_tasks_by_the_episodes_the_policy_play
     assert all(r["end_reason"] in END_REASONS and r["turns"][0]["role"] == "assistant" for r in played)
     # One episode's verdict changed in the table: the profile must read it from there, not play the task again.
     played[1] |= {"passed": True, "score": 1.0, "reason": "planted"}
-    write_table(frame_from_records(played, EPISODE_FIELDS), settings.home / "episodes.parquet")
+    assert {r["sampling"] for r in played} == {"max_new_tokens=4, temperature=0.7, max_turns=2"}
+    write_table(frame_from_records(played, [*EPISODE_FIELDS, "sampling"]), settings.home / "episodes.parquet")
 
     summary = materialize(settings, "key:difficulty_profile", resources=overrides)
     assert summary.success, summary.failures
@@ -203,20 +204,36 @@ def test_difficulty_profile_scores_episode_tasks_by_the_episodes_the_policy_play
     assert (metadata["profiled_tasks"], metadata["profiled_episode_tasks"]) == (2, 1)
 
 
+SAMPLING = "max_new_tokens=4, temperature=0.7, max_turns=4"  # as profile_overrides() plays in the quickstart
+
+
 @pytest.mark.parametrize(
-    ("model", "samples", "failure"),
+    ("model", "samples", "sampling", "failure"),
     [
         # Played by the policy of an earlier sft_checkpoint: the profile must not judge this one by it.
-        ("sft/older", 2, "episodes were played by ['sft/older'], not by the starting policy sft/current"),
+        ("sft/older", 2, SAMPLING, "episodes were played by ['sft/older'], not by the starting policy sft/current"),
         # Played with k=1 while the profile counts 2 per task.
-        ("sft/current", 1, r"samples [0], not samples 0..1 (k=2)"),
+        ("sft/current", 1, SAMPLING, r"samples [0], not samples 0..1 (k=2)"),
+        # Played at another temperature: another pass rate.
+        (
+            "sft/current",
+            2,
+            SAMPLING.replace("temperature=0.7", "temperature=0.2"),
+            "played with max_new_tokens=4, temperature=0.2, max_turns=4, not with this profile's "
+            "max_new_tokens=4, temperature=0.7, max_turns=4",
+        ),
+        # A table that does not say how it was played.
+        ("sft/current", 2, None, "played with not recorded, not with this profile's"),
     ],
 )
-def test_difficulty_profile_refuses_episodes_of_another_policy_or_k(settings, model, samples, failure):
+def test_difficulty_profile_refuses_episodes_of_another_policy_k_or_sampling(
+    settings, model, samples, sampling, failure
+):
     tasks = [t for t in bundled_tasks(settings, per_family=1) if t["family"] == "episode"]
     rows = [
         {"task_id": t["task_id"], "family": "episode", "sample": i, "model": model, "completion": "", "passed": False}
         | {"turns": [{"role": "assistant", "content": ""}], "end_reason": "answered", "score": 0.0, "reason": "no"}
+        | {"sampling": sampling}
         for t in tasks
         for i in range(samples)
     ]
