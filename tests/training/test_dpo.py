@@ -23,6 +23,8 @@ TASKS = [
     }
     for a in range(4)
 ]
+# The tiny model's DPO settings: a learning rate that moves a random model in a step or two, no progress bars.
+TINY_DPO: dict[str, Any] = {"learning_rate": 1e-2, "max_length": 512, "overrides": {"disable_tqdm": True}}
 # Per task: the right answer passed, a wrong one failed (as difficulty_profile keeps them).
 ROLLOUTS = [
     {"task_id": f"add-{a}", "sample": i, "completion": text, "passed": ok, "score": float(ok), "reason": ""}
@@ -57,10 +59,8 @@ def test_one_dpo_run_moves_the_policy_towards_the_chosen_answers(tiny_model_dir:
         tiny_model_dir,
         tmp_path / "dpo",
         max_steps=2,
-        learning_rate=1e-2,
         batch_size=4,
-        max_length=512,
-        overrides={"disable_tqdm": True},
+        **TINY_DPO,
     )
     assert (result.steps, result.train_rows) == (2, 4)
     assert all(m["grad_norm"] > 0 for m in result.metrics if "loss" in m)
@@ -127,10 +127,8 @@ def test_episode_pairs_train_on_what_the_policy_read(tiny_model_dir: Path, tmp_p
         tiny_model_dir,
         tmp_path / "dpo",
         max_steps=2,
-        learning_rate=1e-2,
         batch_size=4,
-        max_length=512,
-        overrides={"disable_tqdm": True},
+        **TINY_DPO,
     )
 
     assert (result.steps, result.train_rows) == (2, 4)
@@ -177,10 +175,8 @@ def test_tool_results_are_not_the_policys_tokens(tiny_model_dir: Path, tmp_path:
         tiny_model_dir,
         tmp_path / "dpo",
         max_steps=1,
-        learning_rate=1e-2,
         batch_size=2,
-        max_length=512,
-        overrides={"disable_tqdm": True},
+        **TINY_DPO,
     )
     [logged] = [m for m in result.metrics if "grad_norm" in m]
     # The policy's own tokens and what they follow are the same on both sides, so their log-probabilities move

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.paths import SEEDS
+from tests.training.scripted import reference_script
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training.episode_rollouts import (
     LENGTH,
@@ -30,7 +31,6 @@ from validators.export import export_split
 from validators.registry import VerifyContext, verify
 from validators.rewards import EPISODE_COLUMN, VerifierReward
 from validators.seeds import load_seeds
-from validators.verifiers.episode import episode_calls
 
 RUN = {"per_device_train_batch_size": 4, "num_generations": 2, "logging_steps": 1, "seed": 0, "disable_tqdm": True}
 
@@ -129,15 +129,6 @@ def trainer(tmp_path: Path, shop_model_dir: Path, shop_tasks: list[dict[str, Any
     )
 
 
-def one_call_per_turn(task: Mapping[str, Any]) -> list[str]:
-    """The task's reference played one call per turn, then its answer."""
-    calls = [
-        f"<tool_call>{json.dumps({'name': c['name'], 'arguments': c['arguments']})}</tool_call>"
-        for c in episode_calls(task["reference"])
-    ]
-    return [*calls, task["reference"].rpartition("</tool_call>")[2].strip()]
-
-
 def test_an_episode_interleaves_sampled_turns_with_tool_results_the_loss_ignores(
     trainer: Any, shop_tasks: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,14 +136,14 @@ def test_an_episode_interleaves_sampled_turns_with_tool_results_the_loss_ignores
     prompts = [task["prompt"], claim["prompt"], single["prompt"]]
     # The first episode plays its reference one call per turn; the second claims success without a call; the
     # arithmetic task answers once.
-    plays = [one_call_per_turn(task), ["Done, refunded!"], ["#### 6"]]
+    plays = [reference_script(task), ["Done, refunded!"], ["#### 6"]]
     script = Scripted(trainer.processing_class, prompts, plays)
     monkeypatch.setattr(trainer, "_generate_single_turn", script)
     rollouts = trainer.rollout_func
     out = rollouts(prompts, trainer)
 
     tokenizer = trainer.processing_class
-    turns = one_call_per_turn(task)
+    turns = reference_script(task)
     # One round per turn of the longest episode, each with the episodes still playing.
     assert script.rounds == [3] + [1] * (len(turns) - 1)
     assert out["logprobs"] is None  # the transformers backend samples without reporting logprobs
@@ -186,7 +177,7 @@ def test_an_episode_that_reaches_the_token_limit_ends_length(
 ) -> None:
     task = shop_tasks[0]
     monkeypatch.setattr(trainer, "max_completion_length", 40)
-    lookup = one_call_per_turn(task)[0]
+    lookup = reference_script(task)[0]
     script = Scripted(trainer.processing_class, [task["prompt"]], [[lookup]])  # the same call, turn after turn
     monkeypatch.setattr(trainer, "_generate_single_turn", script)
     out = trainer.rollout_func([task["prompt"]], trainer)

@@ -4,8 +4,7 @@ model proves the real generation path, chat template and tool messages included.
 
 import json
 import tempfile
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,8 @@ import pytest
 
 from llm.generation import Engine
 from tests.paths import SEEDS
+from tests.training.scripted import Scripted, reference_script, request
+from tests.training.scripted import tool_call as call
 from training.episodes import EPISODE_FIELDS, EngineTurns, assistant_tokens, reference_turns, sample_episodes
 from training.stats import EvaluationError
 from validators.environments import END_REASONS
@@ -35,42 +36,6 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     return folder
-
-
-def request(conversation: Sequence[Mapping[str, Any]]) -> str:
-    """The user's request: which task a conversation plays."""
-    return next(m["content"] for m in conversation if m["role"] == "user")
-
-
-class Scripted:
-    """A policy that plays a fixed list of turns per task (the last one again once the list runs out) and records
-    how many conversations each call got."""
-
-    def __init__(self, plays: Mapping[str, Sequence[str]], delay: float = 0.0) -> None:
-        self.plays = plays
-        self.delay = delay
-        self.batches: list[int] = []
-
-    def __call__(self, conversations: Sequence[Sequence[Mapping[str, Any]]], seeds: Sequence[int]) -> list[str]:
-        self.batches.append(len(conversations))
-        time.sleep(self.delay)
-        texts = []
-        for conversation in conversations:
-            turn = sum(m["role"] == "assistant" for m in conversation)
-            play = self.plays[request(conversation)]
-            texts.append(play[min(turn, len(play) - 1)])
-        return texts
-
-
-def call(name: str, arguments: Any) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-
-def reference_script(task: Mapping[str, Any]) -> list[str]:
-    """The task's reference as a policy's turns: one call per turn, then its answer."""
-    return [call(c["name"], c["arguments"]) for c in episode_calls(task["reference"])] + [
-        episode_answer(task["reference"])
-    ]
 
 
 def assert_replay_agrees(task: Mapping[str, Any], row: Mapping[str, Any], context: VerifyContext) -> None:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.training.tiny import TINY_TASKS
 from training.evaluation import sample_and_score
 from training.stats import EvaluationError, evaluate
 
@@ -26,28 +27,6 @@ from training.stats import EvaluationError, evaluate
 def test_bad_sampling_arguments_raise_with_a_reason(call, match) -> None:
     with pytest.raises(EvaluationError, match=match):
         call()
-
-
-TINY_TASKS = [
-    {
-        "task_id": "add",
-        "family": "arithmetic",
-        "prompt": [{"role": "system", "content": "Answer as '#### <n>'."}, {"role": "user", "content": "2 + 3?"}],
-        "verifier": {"name": "numeric_answer", "params": {"answer": 5}},
-    },
-    {
-        "task_id": "json",
-        "family": "json_extraction",
-        "prompt": 'Extract the fields as JSON: {"name": "Ada", "age": 36}',
-        "verifier": {"name": "json_valid", "params": {}},
-    },
-    {
-        "task_id": "clips",
-        "family": "arithmetic",
-        "prompt": [{"role": "user", "content": "Natalia sold 48 clips in April and half as many in May. Total?"}],
-        "verifier": {"name": "numeric_answer", "params": {"answer": 72}},
-    },
-]
 
 
 def test_sample_and_score_gives_every_completion_a_verdict(tiny_model_dir: Path) -> None:

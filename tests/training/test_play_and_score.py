@@ -2,7 +2,6 @@
 one turn, the verdicts merged back in task order. A scripted policy plays the episodes; the tiny model samples the
 single-turn tasks (and would write garbage calls if it were asked to play an episode)."""
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,8 @@ from typing import Any
 import pytest
 
 from tests.paths import SEEDS
+from tests.training.scripted import Scripted, reference_script, request
+from tests.training.tiny import TINY_TASKS
 from training.episodes import SCORED_FIELDS, PlayedEpisodesError, play_and_score, sample_episodes
 from training.evaluation import sample_and_score
 from training.stats import EvaluationError, evaluate
@@ -17,20 +18,7 @@ from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.verifiers.episode import CLAIM_OF_SUCCESS, episode_calls
 
-SINGLE_TURN = [
-    {
-        "task_id": "add",
-        "family": "arithmetic",
-        "prompt": [{"role": "system", "content": "Answer as '#### <n>'."}, {"role": "user", "content": "2 + 3?"}],
-        "verifier": {"name": "numeric_answer", "params": {"answer": 5}},
-    },
-    {
-        "task_id": "json",
-        "family": "json_extraction",
-        "prompt": [{"role": "user", "content": 'Extract the fields as JSON: {"name": "Ada", "age": 36}'}],
-        "verifier": {"name": "json_valid", "params": {}},
-    },
-]
+SINGLE_TURN = TINY_TASKS[:2]  # an arithmetic task and a JSON one
 
 
 @pytest.fixture(scope="module")
@@ -39,32 +27,6 @@ def episode_tasks(seed_context: VerifyContext) -> list[dict[str, Any]]:
     seeds = load_seeds([SEEDS / "episode"], root=SEEDS.parent, context=seed_context)
     shop = [t for t in seeds.tasks if t["verifier"]["params"]["environment"] == "shop"]
     return [t for t in shop if len(episode_calls(t["reference"])) >= 2][:2]
-
-
-def request(conversation: Sequence[Mapping[str, Any]]) -> str:
-    return next(m["content"] for m in conversation if m["role"] == "user")
-
-
-def reference_turns(task: Mapping[str, Any]) -> list[str]:
-    """The task's reference, one call per turn, then its answer."""
-    calls = [json.dumps({"name": c["name"], "arguments": c["arguments"]}) for c in episode_calls(task["reference"])]
-    return [f"<tool_call>{c}</tool_call>" for c in calls] + [task["reference"].rpartition("</tool_call>")[2].strip()]
-
-
-class Scripted:
-    """Plays each task's fixed turns (the last one again once they run out); records every conversation it got."""
-
-    def __init__(self, plays: Mapping[str, Sequence[str]]) -> None:
-        self.plays = plays
-        self.seen: list[str] = []
-
-    def __call__(self, conversations: Sequence[Sequence[Mapping[str, Any]]], seeds: Sequence[int]) -> list[str]:
-        texts = []
-        for conversation in conversations:
-            self.seen.append(request(conversation))
-            play = self.plays[request(conversation)]
-            texts.append(play[min(sum(m["role"] == "assistant" for m in conversation), len(play) - 1)])
-        return texts
 
 
 def never(conversations: Sequence[Sequence[Mapping[str, Any]]], seeds: Sequence[int]) -> list[str]:
@@ -78,7 +40,7 @@ def test_each_kind_goes_to_its_sampler_and_the_rows_come_back_in_task_order(
     # Interleaved on purpose: the merge must follow `tasks`, not the samplers' order.
     tasks = [SINGLE_TURN[0], solved, SINGLE_TURN[1], claimed]
     policy = Scripted(
-        {request(solved["prompt"]): reference_turns(solved), request(claimed["prompt"]): [CLAIM_OF_SUCCESS]}
+        {request(solved["prompt"]): reference_script(solved), request(claimed["prompt"]): [CLAIM_OF_SUCCESS]}
     )
     options = {"k": 2, "max_new_tokens": 4, "temperature": 1.0, "seed": 3, "workers": 1, "context": seed_context}
 
@@ -108,7 +70,7 @@ def test_each_kind_goes_to_its_sampler_and_the_rows_come_back_in_task_order(
 
 def test_played_episodes_are_used_as_they_are(episode_tasks: list[dict[str, Any]], seed_context: VerifyContext):
     solved, claimed = episode_tasks
-    plays = {request(solved["prompt"]): reference_turns(solved), request(claimed["prompt"]): [CLAIM_OF_SUCCESS]}
+    plays = {request(solved["prompt"]): reference_script(solved), request(claimed["prompt"]): [CLAIM_OF_SUCCESS]}
     played = sample_episodes("sft", episode_tasks, k=2, context=seed_context, workers=1, generate=Scripted(plays))
     stray = {**played[0], "task_id": "not-profiled"}  # a task the caller did not ask for: ignored
 
@@ -147,7 +109,7 @@ def test_played_episodes_of_another_k_or_other_tasks_are_refused(episode_tasks, 
 
 def test_the_turn_cap_reaches_the_episodes(episode_tasks: list[dict[str, Any]], seed_context: VerifyContext) -> None:
     task = episode_tasks[0]
-    policy = Scripted({request(task["prompt"]): reference_turns(task)})
+    policy = Scripted({request(task["prompt"]): reference_script(task)})
 
     [row] = play_and_score("unused", [task], max_turns=1, context=seed_context, workers=1, generate=policy).rows
 

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.paths import SEEDS
+from tests.training.scripted import reference_script
 from training import preferences
 from training.episodes import sample_episodes
 from training.preferences import (
@@ -219,14 +220,9 @@ def played(task: dict[str, Any], turns: list[str], context: VerifyContext, sampl
     return {**row, "sample": sample}
 
 
-def reference_turns(task: dict[str, Any]) -> list[str]:
-    calls = [json.dumps({"name": c["name"], "arguments": c["arguments"]}) for c in episode_calls(task["reference"])]
-    return [f"<tool_call>{c}</tool_call>" for c in calls] + [task["reference"].rpartition("</tool_call>")[2].strip()]
-
-
 def test_an_episode_side_is_its_turns_exactly_as_played(shop_task, seed_context, tmp_path: Path) -> None:
-    solved = played(shop_task, reference_turns(shop_task), seed_context, sample=0)
-    claimed = played(shop_task, [reference_turns(shop_task)[0], CLAIM_OF_SUCCESS], seed_context, sample=1)
+    solved = played(shop_task, reference_script(shop_task), seed_context, sample=0)
+    claimed = played(shop_task, [reference_script(shop_task)[0], CLAIM_OF_SUCCESS], seed_context, sample=1)
     assert (solved["passed"], claimed["passed"]) == (True, False)
 
     [pair] = build_preference_pairs([solved, claimed], [shop_task], split="train", source="difficulty_profile").pairs
