@@ -292,16 +292,8 @@ class ModelServer:
         if process is None:
             return
         _LIVE_SERVERS.discard(self)
-        group = process.pid  # the leader of a new session: its pid is the group id
-        _signal_group(group, signal.SIGTERM)
-        if not _wait_group_gone(process, group, self.stop_grace_s):
-            logger.warning(
-                "Model server group %s still alive %.0f s after SIGTERM; sending SIGKILL.", group, self.stop_grace_s
-            )
-            _signal_group(group, signal.SIGKILL)
-            if not _wait_group_gone(process, group, 10.0):
-                logger.error("Model server group %s survived SIGKILL; see %s.", group, self.log_path)
-        logger.info("Stopped model server %s (exit code %s).", group, process.returncode)
+        stop_group(process, self.stop_grace_s, f"Model server group {process.pid} (log {self.log_path})")
+        logger.info("Stopped model server %s (exit code %s).", process.pid, process.returncode)
 
     def is_running(self) -> bool:
         """Whether the server process is alive."""
@@ -448,12 +440,24 @@ def _tail(path: Path | None, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(cleaned[-lines:])
 
 
+def stop_group(process: subprocess.Popen[bytes], grace_s: float, name: str) -> None:
+    """Stop the process group that `process` leads (started with `start_new_session`): SIGTERM, then SIGKILL to
+    whatever is left after `grace_s`, logged as the exception it should be, under `name`."""
+    group = process.pid  # the leader of a new session: its pid is the group id
+    _signal_group(group, signal.SIGTERM)
+    if not wait_group_gone(process, group, grace_s):
+        logger.warning("%s still alive %.0f s after SIGTERM; sending SIGKILL.", name, grace_s)
+        _signal_group(group, signal.SIGKILL)
+        if not wait_group_gone(process, group, 10.0):
+            logger.error("%s survived SIGKILL.", name)
+
+
 def _signal_group(group: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(group, sig)
 
 
-def _wait_group_gone(process: subprocess.Popen[bytes], group: int, timeout_s: float) -> bool:
+def wait_group_gone(process: subprocess.Popen[bytes], group: int, timeout_s: float) -> bool:
     """Reap the leader and wait until no live process of the group is left; False on timeout."""
     deadline = time.monotonic() + timeout_s
     while True:

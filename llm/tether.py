@@ -21,6 +21,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from core.signals import stoppable
+
 POLL_S = 0.5
 GRACE_S = 10.0
 
@@ -52,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parent, command = int(args[0]), args[2:]
     if os.getpgid(0) != os.getpid():
         os.setpgid(0, 0)  # lead our own group, so stopping it never reaches the launcher's group
+    stoppable()  # a launcher that ignores SIGTERM (or SIGINT) must not pass that on to the command
     child = subprocess.Popen(command)  # in our process group: stopping the group stops both
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from core import SeedwheelError
+from core.signals import stoppable
 from pipeline.settings import PROFILES, Settings
 
 UI_HOST = "127.0.0.1"
@@ -531,6 +532,9 @@ def ui(port: int) -> None:
     # The venv's own dagster, also when the venv is not activated (e.g. `.venv/bin/seedwheel ui`).
     dagster = Path(sys.executable).with_name("dagster")
     command = [str(dagster) if dagster.exists() else "dagster", "dev", *target, "-h", UI_HOST, "-p", str(port)]
+    # Started in the background, SIGINT arrives ignored, and `dagster dev` would make SIGTERM ignored too: `kill`
+    # would not stop it. With both at their defaults it shuts its webserver and daemon down on either.
+    stoppable()
     os.execvpe(command[0], command, {**os.environ, **settings.environ()})
 
 

@@ -12,6 +12,7 @@ import dagster as dg
 from dagster._core.definitions.asset_selection import DagsterInvalidAssetSelectionError
 
 from core.errors import SeedwheelError
+from core.signals import dispositions_kept
 from pipeline.definitions import build_definitions
 from pipeline.instance import PROCESS_TAG, exported, open_instance, process_tag, reap_dead_runs
 from pipeline.settings import CELERY_BROKER_ENV, Settings
@@ -68,6 +69,9 @@ def materialize(
     `{"training": {"difficulty_k": 4}}`; fields not given keep the profile's values. `ops` is the run config of
     ops (an asset's `dg.Config`), e.g. `{"failure_logs": {"path": "/data/log.jsonl"}}`.
 
+    The process's SIGTERM and SIGINT handlers are as they were afterwards (Dagster's run rewrites them:
+    `core.signals`).
+
     Raises:
         RunRequestError: when `select` is not a selection or matches no asset.
     """
@@ -75,7 +79,7 @@ def materialize(
     job = defs.resolve_implicit_global_asset_job_def()
     keys = selected_asset_keys(defs, select, partition)
     graph = defs.resolve_asset_graph()
-    with open_instance(settings) as instance:
+    with dispositions_kept(), open_instance(settings) as instance:
         for run_id in reap_dead_runs(instance):
             logger.warning("run %s was killed before it finished: marked failed, its pool slots freed", run_id)
         if partition is not None:

@@ -4,7 +4,6 @@ A missing service makes its tests skip with the install command, so a laptop wit
 rest; under CI (`CI` or `SEEDWHEEL_REQUIRE_SERVICES=1`) tests/tiers.py turns that skip into a failure.
 """
 
-import contextlib
 import json
 import os
 import secrets
@@ -24,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from core.signals import dispositions_kept
+from llm.serving import stop_group, wait_group_gone
 from pipeline.settings import Settings
 from tests.paths import REPO
 
@@ -279,23 +280,26 @@ query Locations {
 """
 
 
+# How long `seedwheel ui` may take to stop on SIGTERM, with its webserver, daemon and code servers (about 3 s
+# alone, about 8 s until the last code server is gone).
+UI_STOP_S = 60.0
+
+
 @contextmanager
-def dagster_dev(settings: Settings, workdir: Path, timeout_s: float = 240) -> Iterator[str]:
-    """`dagster dev -w workspace.yaml` (webserver and daemon) on 127.0.0.1, as `seedwheel ui` starts it.
+def seedwheel_ui(settings: Settings, workdir: Path, timeout_s: float = 240) -> Iterator[str]:
+    """`seedwheel ui` (`dagster dev`: webserver, daemon, code servers) on 127.0.0.1, started as a user starts it in
+    the background (a shell's `seedwheel ui &`: SIGINT ignored), with `settings.environ()`.
 
-    Runs in its own process group with `settings.environ()`, after creating the instance (`dagster.yaml`, whose
-    run queue needs the daemon); yields the base URL once the code location has loaded; stops the whole group
-    (webserver, daemon, code server, run workers) afterwards, also on failure. Its log is `workdir/dagster.log`.
+    Yields the base URL once the code location has loaded. Afterwards it is stopped as a user stops it, `kill PID`
+    (SIGTERM to the `seedwheel ui` process alone), and it must be gone, with every process it started, within
+    `UI_STOP_S`: else the group is killed and the stop fails. Its log is `workdir/dagster.log`.
     """
-    from pipeline.instance import open_instance
-
-    open_instance(settings).dispose()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "dagster.log"
-    dagster = Path(sys.executable).with_name("dagster")
-    command = [str(dagster), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
-    with open(log_path, "wb") as log:
+    command = [str(Path(sys.executable).with_name("seedwheel")), "ui", "--port", str(port)]
+    with open(log_path, "wb") as log, dispositions_kept():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the child, as for a shell's background job
         process = subprocess.Popen(
             command,
             cwd=REPO,
@@ -303,13 +307,18 @@ def dagster_dev(settings: Settings, workdir: Path, timeout_s: float = 240) -> It
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group: stopping it reaches every process it started
+            start_new_session=True,  # its own group: what it started can be found, and killed if it lingers
         )
+    stopped = False
     try:
         _wait_for_location(url, process, log_path, time.monotonic() + timeout_s)
         yield url
+        process.send_signal(signal.SIGTERM)
+        stopped = wait_group_gone(process, process.pid, UI_STOP_S)
+        assert stopped, f"seedwheel ui was still running {UI_STOP_S:g} s after SIGTERM (log: {log_path})"
     finally:
-        _stop_group(process)
+        if not stopped:
+            stop_group(process, 20, "seedwheel ui")
 
 
 def _wait_for_location(url: str, process: subprocess.Popen[bytes], log_path: Path, deadline: float) -> None:
@@ -336,36 +345,3 @@ def _wait_for_location(url: str, process: subprocess.Popen[bytes], log_path: Pat
                 raise RuntimeError(f"the code location failed to load: {errors[0]}")
             return
         time.sleep(0.5)
-
-
-def _stop_group(process: subprocess.Popen[bytes], grace_s: float = 20) -> None:
-    """SIGTERM to the process group, SIGKILL to whatever is left after `grace_s`; returns once it is gone."""
-    group = process.pid  # start_new_session: the leader's pid is the group id
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        process.poll()  # reap the leader
-        if not _group_alive(group):
-            return
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
-    process.wait(timeout=10)
-
-
-def _group_alive(group: int) -> bool:
-    """Whether a live (not zombie) process is left in the group; orphaned zombies wait for a reaper, not for us."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
-            if int(fields[2]) == group and fields[0] != "Z":
-                return True
-    return False

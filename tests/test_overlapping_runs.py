@@ -26,13 +26,14 @@ import dagster as dg
 import pytest
 
 from assets import groups
+from core.signals import dispositions_kept
 from pipeline.definitions import build_definitions
 from pipeline.instance import EXCLUSIVE_TAG, open_instance
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.outputs import assert_consistent_state, assert_whole_files
 from tests.paths import REPO, copy_seeds
-from tests.services import dagster_dev, graphql
+from tests.services import graphql, seedwheel_ui
 
 pytestmark = pytest.mark.slow
 
@@ -102,11 +103,14 @@ def test_two_scheduled_regenerations_run_one_after_the_other(settings: Settings)
         requests = []
         for day in (1, 2):  # two nights' ticks, submitted together as a late daemon would catch up
             tick = datetime(2026, 12, day, 2, 0)
-            with dg.build_schedule_context(instance=instance, scheduled_execution_time=tick) as context:
+            with (
+                dispositions_kept(),  # a tick rewrites the stop signals' handlers
+                dg.build_schedule_context(instance=instance, scheduled_execution_time=tick) as context,
+            ):
                 requests.extend(schedule.evaluate_tick(context).run_requests)
     assert len(requests) == 2
 
-    with dagster_dev(settings, settings.home.parent) as url:
+    with seedwheel_ui(settings, settings.home.parent) as url:
         [repository] = graphql(url, REPOSITORIES)["repositoriesOrError"]["nodes"]
         selector = {
             "repositoryLocationName": repository["location"]["name"],

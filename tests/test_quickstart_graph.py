@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from core.signals import dispositions_kept
 from curation.manifests import load_manifests
 from curation.splits import task_roots
 from pipeline.definitions import build_definitions
@@ -333,7 +334,11 @@ def test_a_growth_policy_sees_no_growth_right_after_training(quickstart):
     # The real checkpoint records the split it was trained from, which is the split now: nothing to retrain.
     settings, _ = quickstart
     sensor = build_definitions(replace(settings, retrain_growth=0.2)).resolve_sensor_def("corpus_growth")
-    with open_instance(settings) as instance, dg.build_sensor_context(instance=instance) as context:
+    with (
+        dispositions_kept(),  # a tick rewrites the stop signals' handlers
+        open_instance(settings) as instance,
+        dg.build_sensor_context(instance=instance) as context,
+    ):
         result = sensor.evaluate_tick(context)
     rows = len(read_table(settings.home / "train_tasks.parquet"))
     assert not result.run_requests

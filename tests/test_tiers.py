@@ -2,6 +2,9 @@
 
 import pytest
 
+from tests import tiers
+from tests.paths import REPO
+
 SUITE = """
 import time
 import pytest
@@ -45,6 +48,7 @@ def test_known_bug():
 @pytest.fixture
 def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     pytester.makepyfile(test_suite=SUITE)
+    monkeypatch.setattr(tiers, "load_stretch", lambda: 1.0)  # a quiet machine, whatever runs beside this test
     for name in ("CI", "SEEDWHEEL_REQUIRE_SERVICES"):
         monkeypatch.delenv(name, raising=False)
 
@@ -58,6 +62,17 @@ def test_a_slow_unmarked_test_fails_and_names_the_fix(run):
     result = run("-k", "lingers or quick")
     result.assert_outcomes(passed=2, failed=1, deselected=6)
     result.stdout.fnmatch_lines(["FAILED test_suite.py::test_lingers - took *s, over the fast tier's 0.2 s*"])
+
+
+def test_under_load_the_limit_stretches_by_the_load_per_core(run, monkeypatch):
+    monkeypatch.setattr(tiers, "load_stretch", lambda: 2.0)  # a load of 4 on 2 cores: 0.3 s is within 2 x 0.2 s
+    run("-k", "lingers or quick").assert_outcomes(passed=3, deselected=6)
+    monkeypatch.setattr(tiers, "load_stretch", lambda: 1.2)
+    result = run("-k", "test_lingers and not says")
+    result.assert_outcomes(failed=1, deselected=8)
+    result.stdout.fnmatch_lines(
+        ["*took *s, over the fast tier's 0.2 s (fast_tier_limit_s, stretched x1.2 for the load)*"]
+    )
 
 
 def test_a_real_model_fixture_marks_the_test_slow(run):
@@ -102,3 +117,55 @@ def test_slow_tests_share_one_worker_under_xdist(run):
     result.assert_outcomes(passed=2)
     workers = {line.split()[0] for line in result.outlines if " PASSED test_suite.py::" in line}
     assert len(workers) == 1, result.outlines
+
+
+SIGNALS = """
+import signal
+
+def test_leaves_sigterm_ignored():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+def test_finds_sigterm_as_it_was():
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+
+def test_puts_sigterm_back():
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, old)
+"""
+
+
+def test_a_test_that_leaves_sigterm_ignored_fails_and_the_next_finds_it_restored(pytester):
+    pytester.makepyfile(test_signals=SIGNALS)
+    result = pytester.runpytest("-p", "tests.tiers", "-rA")
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_leaves_sigterm_ignored*",
+            "the test left the stop signals changed: SIGTERM handler <Handlers.SIG_DFL: 0> -> <Handlers.SIG_IGN: 1>.*",
+        ]
+    )
+
+
+HANG = """
+import signal, subprocess, sys
+
+def test_waits_for_a_child_that_ignores_sigterm():
+    ignoring = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", ignoring], stdout=subprocess.PIPE)
+    child.stdout.readline()
+    try:
+        child.terminate()
+        child.wait()
+    finally:
+        child.kill()
+"""
+
+
+def test_a_test_that_times_out_names_the_processes_it_waited_for(pytester, monkeypatch):
+    pytester.makepyfile(test_hang=HANG)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # a process of its own: pytest-timeout's alarm is per process
+    result = pytester.runpytest_subprocess("-p", "tests.tiers", "--timeout", "3")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*processes running under this test at its timeout*", "* ignores SIGTERM: *signal.SIG_IGN*time.sleep(60)*"]
+    )

@@ -8,6 +8,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 
+from core.signals import dispositions_kept
 from failures import process_failure_log
 from pipeline.cli import main
 from pipeline.definitions import build_definitions
@@ -180,7 +181,8 @@ def test_the_sensor_adds_each_new_or_changed_file_once(settings):
 
         def tick(cursor: str | None) -> dg.SensorResult:
             inbox_resource = definitions.resources["inbox"]
-            with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"inbox": inbox_resource}) as ctx:
+            context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"inbox": inbox_resource})
+            with dispositions_kept(), context as ctx:  # a tick rewrites the stop signals' handlers
                 return sensor(ctx)
 
         first = tick(None)
@@ -215,7 +217,8 @@ def test_a_log_taken_out_of_the_inbox_is_not_requested_again(settings):
     with open_instance(settings) as instance:
 
         def tick(cursor: str | None) -> dg.SensorResult:
-            with dg.build_sensor_context(instance=instance, cursor=cursor, resources=definitions.resources) as ctx:
+            context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=definitions.resources)
+            with dispositions_kept(), context as ctx:  # a tick rewrites the stop signals' handlers
                 return sensor(ctx)
 
         first = tick(None)

@@ -5,6 +5,7 @@ server answers is tested in test_server.py). The process-group tests use a stand
 that answer `/health` and spawn a child) to stay fast.
 """
 
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from core.signals import dispositions_kept
 from llm import serving
 from llm.serving import MissingServingDependencyError, ModelServer, ModelServerError, group_alive
 
@@ -151,6 +153,21 @@ def test_sigkill_follows_when_sigterm_is_ignored(tmp_path: Path) -> None:
         group, child = server.pid, server.child_pid()
     assert not group_alive(group)
     assert not process_alive(child)
+
+
+def test_a_launcher_that_ignores_sigterm_still_stops_its_server_on_sigterm(tmp_path: Path, caplog) -> None:
+    # After a Dagster run in a process started in the background, SIGTERM is ignored there, and every process it
+    # starts inherits that: each stop waited the whole grace period, then sent SIGKILL. The tether gives the
+    # server SIGTERM's default action back, so SIGTERM alone stops the group.
+    with dispositions_kept():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with StandInServer(tmp_path, stop_grace_s=30) as server:
+            group, child = server.pid, server.child_pid()
+            started = time.monotonic()
+    took = time.monotonic() - started
+    assert not group_alive(group) and not process_alive(child)
+    assert "after SIGTERM" not in caplog.text, f"SIGKILL was needed ({took:.1f} s)"
+    assert took < 30
 
 
 LAUNCHER = r"""

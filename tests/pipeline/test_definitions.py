@@ -9,6 +9,7 @@ from datetime import datetime
 import dagster as dg
 import pytest
 
+from core.signals import dispositions_kept
 from pipeline.definitions import build_definitions, defs
 from pipeline.instance import EXCLUSIVE_TAG, open_instance
 from tests.paths import REPO
@@ -91,7 +92,10 @@ def test_the_nightly_schedule_regenerates_data_without_training(settings):
     with open_instance(settings) as instance:
         tick = datetime(2026, 12, 2, 3, 30)
         # As context managers: a context left open keeps the (then disposed) instance as Dagster's current one.
-        with dg.build_schedule_context(instance=instance, scheduled_execution_time=tick) as context:
+        with (
+            dispositions_kept(),  # a tick rewrites the stop signals' handlers
+            dg.build_schedule_context(instance=instance, scheduled_execution_time=tick) as context,
+        ):
             [request] = schedule.evaluate_tick(context).run_requests
     job = definitions.resolve_job_def(schedule.job_name)
     keys = {key.to_user_string() for key in job.asset_layer.selected_asset_keys}
@@ -119,7 +123,7 @@ def test_the_instance_queues_exclusive_runs_and_limits_the_gpu_pool(settings):
 
 
 def _tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance) -> dg.RunRequest | dg.SkipReason:
-    with dg.build_sensor_context(instance=instance) as context:
+    with dispositions_kept(), dg.build_sensor_context(instance=instance) as context:  # a tick rewrites them
         result = sensor.evaluate_tick(context)
     return result.run_requests[0] if result.run_requests else dg.SkipReason(result.skip_message)
 

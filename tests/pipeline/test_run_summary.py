@@ -2,11 +2,14 @@
 `make quickstart`."""
 
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
+from core.signals import dispositions_kept
 from pipeline.runs import RunRequestError, materialize, run_summary
+from tests.core.test_signals import ignores_sigterm, started_child, stop
 from tests.paths import REPO
 
 # Each materializes into a fresh Dagster instance (its first open creates the SQLite storages).
@@ -35,3 +38,17 @@ def test_no_run_is_a_clear_error(settings):
     with pytest.raises(RunRequestError, match="no run of the asset graph in the Dagster instance") as error:
         run_summary(settings)
     assert "run `seedwheel run` first" in str(error.value)
+
+
+def test_a_run_started_in_the_background_leaves_sigterm_working_for_what_starts_after_it(settings):
+    # A shell starts `cmd &` with SIGINT ignored, and Dagster's run copies SIGINT's handler onto SIGTERM when it
+    # ends: every process started afterwards ignored SIGTERM (spawn pools hung in terminate(), servers outlived
+    # their stop). The run must leave both handlers as it found them.
+    with dispositions_kept():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        before = signal.getsignal(signal.SIGTERM)
+        assert materialize(settings, "seed_tasks").success
+        assert signal.getsignal(signal.SIGTERM) == before
+        child = started_child()
+        assert not ignores_sigterm(child.pid)
+        assert stop(child) == -signal.SIGTERM

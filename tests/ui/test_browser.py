@@ -34,7 +34,7 @@ from assets import groups
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.paths import quickstart_settings
-from tests.services import dagster_dev, graphql, headless_chromium, require_chromium
+from tests.services import graphql, headless_chromium, require_chromium, seedwheel_ui
 from validators.tables import read_table
 
 pytestmark = pytest.mark.slow
@@ -139,8 +139,8 @@ def ui_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 @pytest.fixture(scope="module")
 def webserver(ui_settings: Settings) -> Iterator[str]:
-    """The base URL of `dagster dev` serving the project (webserver and daemon), stopped after the module."""
-    with dagster_dev(ui_settings, ui_settings.home.parent) as url:
+    """The base URL of `seedwheel ui` serving the project, stopped by SIGTERM after the module."""
+    with seedwheel_ui(ui_settings, ui_settings.home.parent) as url:
         yield url
 
 

@@ -197,6 +197,9 @@ ADD_MINUTES = (
             f"open({str(SEEDS / 'python_function' / 'dates.yaml')!r}).read()\n" + ADD_MINUTES,
             "forbidden_access: open " + str(SEEDS / "python_function" / "dates.yaml"),
         ),
+        # ... also where the sandbox's own /tmp hides them: the hook names the attempt wherever the checkout is.
+        ("open('/tmp/seeds/python_function/dates.yaml').read()\n" + ADD_MINUTES, "forbidden_access: open /tmp/seeds/"),
+        ("import os\nos.listdir('/tmp')\n" + ADD_MINUTES, "forbidden_access: os.listdir /tmp,"),
         # Listing directories to find them.
         ("import os\nos.listdir('/')\n" + ADD_MINUTES, "forbidden_access: os.listdir /,"),
         # The harness's environment and memory through /proc.
@@ -247,6 +250,14 @@ def test_snooping_that_finds_nothing_gains_nothing(code):
         (
             "import json, re\nfrom datetime import datetime, timedelta\ndef add_minutes(clock, minutes):\n"
             "    t = datetime.strptime(clock, '%H:%M') + timedelta(minutes=minutes)\n    return t.strftime('%H:%M')",
+            ADD_MINUTES_TESTS,
+            "add_minutes",
+        ),
+        # A temporary file: `tempfile` writes in the solution's working directory.
+        (
+            "import tempfile\ndef add_minutes(clock, minutes):\n    with tempfile.TemporaryFile('w+') as f:\n"
+            "        f.write(clock)\n        f.seek(0)\n        hours, mins = map(int, f.read().split(':'))\n"
+            "    total = (hours * 60 + mins + minutes) % 1440\n    return f'{total // 60:02d}:{total % 60:02d}'",
             ADD_MINUTES_TESTS,
             "add_minutes",
         ),

@@ -38,9 +38,9 @@ Attacks are also named, and fail with score 0 whatever the tests said:
   or a malformed reply on the pipe;
 * `introspection`: `sys._getframe` reaching a harness frame, `gc.get_objects`/`get_referrers`/`get_referents`,
   `sys._current_frames`, `sys.settrace`/`setprofile`, new audit hooks, `ctypes` (an audit hook refuses them);
-* `forbidden_access`: opening or listing a path outside the standard library, time zones, the working
-  directory and the private temporary directories (the tasks on disk, `/proc/<pid>/environ`), and starting
-  programs or sub-interpreters;
+* `forbidden_access`: opening or listing a path outside the standard library, time zones and the working
+  directory, which is also `tempfile`'s directory (the tasks on disk wherever they live, `/proc/<pid>/environ`,
+  `/tmp`), and starting programs or sub-interpreters;
 * `non_plain_value`: above.
 
 The hook and the builtins check only name an attempt from inside the solution's process, which native code
@@ -215,9 +215,10 @@ _REPLIES = {
 }
 _MAX_MESSAGE = 64 << 20
 # Where the solution may read files and list directories: the standard library (imports), time zones, its
-# own working directory and private temporary directories, and a few devices.
-_ALLOWED_PATHS = ("/usr/share/zoneinfo", "/usr/lib/zoneinfo", "/usr/share/lib/zoneinfo", "/etc/zoneinfo", "/tmp",
-                  "/var/tmp", "/dev/shm", "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+# own working directory (also its temporary directory: TMPDIR points there), and a few devices. Not /tmp: the
+# files there are the host's wherever the sandbox has no mount namespace, a checkout under /tmp among them.
+_ALLOWED_PATHS = ("/usr/share/zoneinfo", "/usr/lib/zoneinfo", "/usr/share/lib/zoneinfo", "/etc/zoneinfo",
+                  "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 _FILE_EVENTS = ("open", "os.listdir", "os.scandir")
 _INTROSPECTION = ("sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
                   "sys.addaudithook", "gc.get_objects", "gc.get_referrers", "gc.get_referents")
@@ -313,6 +314,7 @@ def _serve(requests, replies):
 
         memory_reply = _frame(("raise", "MemoryError", ["MemoryError"], "", None))
         allowed = tuple(_realpath(p) for p in (*sys.path, os.getcwd(), *_ALLOWED_PATHS) if p)
+        os.environ["TMPDIR"] = os.getcwd()  # `tempfile` writes where the solution may
 
         def refuse(code, detail):
             send(("flag", code, detail))
