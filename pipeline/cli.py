@@ -522,11 +522,12 @@ def worker(concurrency: int, name: str) -> None:
 
 @main.command()
 @click.option("--port", default=3000, show_default=True)
-def ui(port: int) -> None:
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+def ui(port: int, home: Path | None) -> None:
     """Open the Dagster UI on this project (`dagster dev`, which also runs schedules and sensors)."""
     from pipeline.instance import open_instance
 
-    settings = Settings.from_env()
+    settings = Settings.from_env(home=home)
     open_instance(settings).dispose()
     target = ["-w", "workspace.yaml"] if Path("workspace.yaml").exists() else ["-m", "pipeline.definitions"]
     # The venv's own dagster, also when the venv is not activated (e.g. `.venv/bin/seedwheel ui`).

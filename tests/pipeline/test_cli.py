@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import dagster as dg
 import pytest
 from click.testing import CliRunner
 
+from core.signals import dispositions_kept
 from pipeline.cli import main
 from tests.paths import REPO, SEEDS
 from validators.tables import read_table
@@ -85,6 +87,21 @@ def test_run_rejects_a_selection_it_cannot_use(settings, select, message):
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["seeds", "validate", "--help"], ["ui", "--help"]])
 def test_help(args):
     assert CliRunner().invoke(main, args).exit_code == 0
+
+
+def test_ui_execs_dagster_dev_on_its_home_with_the_stop_signals_at_their_defaults(tmp_path, monkeypatch):
+    # The exec is the process boundary: what `dagster dev` would start with, recorded instead of run.
+    started: dict[str, object] = {}
+    monkeypatch.setattr(os, "execvpe", lambda file, args, env: started.update(args=args, env=env))
+    with dispositions_kept():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a shell's background job: `seedwheel ui --home DIR &`
+        result = CliRunner().invoke(main, ["ui", "--port", "3999", "--home", str(tmp_path / "home")])
+        handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    assert result.exit_code == 0, result.output
+    assert started["args"][1:] == ["dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", "3999"]
+    assert started["env"]["SEEDWHEEL_HOME"] == str(tmp_path / "home")
+    # Inherited as they are: dagster dev copies SIGINT's handler onto SIGTERM, so an ignored SIGINT made `kill` moot.
+    assert handlers == (signal.SIG_DFL, signal.SIG_DFL)
 
 
 def test_workspace_points_at_the_definitions():
