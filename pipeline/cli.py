@@ -498,12 +498,29 @@ def failures_ingest(files: tuple[Path, ...], home: Path | None) -> None:
             f"{source.name}: {logs.get('records', 0)} records, {logs.get('rejected_lines', 0)} rejected lines, "
             f"redacted {json.dumps(logs.get('redacted', {}), sort_keys=True)}"
         )
+        rejects = next((a.path for a in summary.assets if a.key == "failure_rejects"), None)
+        if rejects is not None and logs.get("rejected_lines"):
+            _echo_rejects(source, rejects)
+            if not logs.get("records"):
+                failed = True
+                click.echo(f"no line of {source} could be read: nothing was ingested from it", err=True)
         for failure in summary.failures:
             failed = True
             click.echo(f"step failed: {failure}", err=True)
     click.echo("Tasks and the review queue follow on the next regeneration, or: seedwheel run --select group:failures")
     if failed:
         sys.exit(1)
+
+
+def _echo_rejects(source: Path, table: Path, shown: int = 5) -> None:
+    """The first rejected lines of a failure log (line, redacted reason and fix), and where all of them are."""
+    from validators.tables import read_table
+
+    rows = read_table(table)
+    for row in rows.head(shown).itertuples():
+        click.echo(f"  {source}:{row.line}: {row.reason}", err=True)
+    more = f" ({len(rows) - shown} more)" if len(rows) > shown else ""
+    click.echo(f"  every rejected line, with its reason{more}: {table}", err=True)
 
 
 @main.command()

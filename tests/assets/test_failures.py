@@ -136,6 +136,18 @@ def test_ingest_redacts_stores_per_file_and_keeps_bad_lines_with_their_number(se
     assert all(stub.startswith("#") or "TODO" in stub for stub in review["seed_stub"])
 
 
+def test_a_log_whose_every_line_is_rejected_fails_and_says_where_and_why(settings, tmp_path):
+    log = tmp_path / "broken.jsonl"
+    log.write_text('{"messages": "not a list"}\n{not json\n')
+    result = ingest(settings, log)
+    assert result.exit_code == 1, result.output
+    assert "broken.jsonl: 0 records, 2 rejected lines" in result.output
+    assert f"{log}:1: " in result.output and f"{log}:2: " in result.output
+    table = settings.home / "failure_rejects" / "broken.jsonl.parquet"
+    assert f"every rejected line, with its reason: {table}" in result.output
+    assert f"no line of {log} could be read" in result.output
+
+
 def test_the_planted_log_fires_every_rule(tmp_path):
     # Else the scan below could pass because a value was never a secret to the redactor.
     batch = process_failure_log(planted_log(tmp_path / "planted.jsonl"))
@@ -150,6 +162,7 @@ def test_no_planted_value_is_kept_anywhere_by_ingest_or_the_inbox(settings, tmp_
     result = ingest(settings, user_log)
     assert result.exit_code == 0, result.output
     assert "planted.jsonl: 2 records, 2 rejected lines" in result.output
+    assert f"{user_log}:4: " in result.output  # the rejected lines, their (redacted) reasons printed too
     assert user_log.read_bytes() == original  # read in place, left as it was
     inbox = Path(settings.failure_inbox)
     assert not inbox.exists() or not any(inbox.iterdir())  # ingest copies nothing into the inbox
