@@ -131,7 +131,8 @@ def verify(tasks: Path, completions: Path, output: Path | None) -> None:
     """Score saved completions with their tasks' verifiers: one JSONL verdict per row, then a summary.
 
     TASKS is a JSONL of task records, a Parquet table from the pipeline, or seed files (a folder or a .yaml).
-    COMPLETIONS is a JSONL of {"task_id", "completion"} rows.
+    COMPLETIONS is a JSONL of {"task_id", "completion"} rows. Every row that cannot be read is listed with its
+    line and fix, the others are scored, and the exit code is 1.
     """
     from validators.audit import audit, format_summary
     from validators.registry import VerifyContext
@@ -146,6 +147,13 @@ def verify(tasks: Path, completions: Path, output: Path | None) -> None:
     else:
         write_jsonl(report.rows, output)
     click.echo(format_summary(report.summary), err=True)
+    if report.rejected:
+        click.echo(
+            f"\n{len(report.rejected)} row(s) of {completions} could not be read, and were not scored:", err=True
+        )
+        for error in report.rejected:
+            click.echo(f"  {error}", err=True)
+        sys.exit(1)
 
 
 @main.command()

@@ -83,33 +83,61 @@ class AuditSummary:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """One verdict row per completion row, and their summary."""
+    """One verdict row per readable completion row, their summary, and the completion rows that could not be read
+    (each an `AuditInputError` naming its file, line and fix), in file order."""
 
     rows: list[dict[str, Any]]
     summary: AuditSummary
+    rejected: list[AuditInputError] = field(default_factory=list)
 
 
-def _read_jsonl(path: Path, kind: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; anything but a JSON object is an input error."""
+def _read_jsonl(
+    path: Path, kind: str, rejected: list[AuditInputError] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line. A line that is not a UTF-8 JSON object is an input error:
+    raised, or, given `rejected`, added to it and skipped."""
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except OSError as exc:
         raise AuditInputError(path, None, f"cannot open the {kind} file ({exc.strerror})", "check the path") from exc
     with handle:
         for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise AuditInputError(
-                    path, line_no, f"not valid JSON ({exc.msg} at col {exc.colno})", "write one JSON object per line"
-                ) from None
-            if not isinstance(record, dict):
-                raise AuditInputError(
-                    path, line_no, f"expected a JSON object, got {type(record).__name__}", "write one object per line"
-                )
-            yield line_no, record
+                record = _json_object(path, line_no, line)
+            except AuditInputError as error:
+                _reject(error, rejected)
+                continue
+            if record is not None:
+                yield line_no, record
+
+
+def _json_object(path: Path, line_no: int, line: bytes) -> dict[str, Any] | None:
+    """The JSON object on one line, None for a blank line; anything else is an `AuditInputError`."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"byte 0x{line[exc.start : exc.start + 1].hex()} at col {exc.start + 1} is not UTF-8"
+        raise AuditInputError(path, line_no, problem, "save the file as UTF-8") from None
+    if not text.strip():
+        return None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AuditInputError(
+            path, line_no, f"not valid JSON ({exc.msg} at col {exc.colno})", "write one JSON object per line"
+        ) from None
+    if not isinstance(record, dict):
+        raise AuditInputError(
+            path, line_no, f"expected a JSON object, got {type(record).__name__}", "write one object per line"
+        )
+    return record
+
+
+def _reject(error: AuditInputError, rejected: list[AuditInputError] | None) -> None:
+    """Raise `error`, or keep it in `rejected` when the caller collects bad rows."""
+    if rejected is None:
+        raise error
+    rejected.append(error)
 
 
 def _require(record: Mapping[str, Any], key: str, path: Path, line: int, fix: str) -> Any:
@@ -182,30 +210,42 @@ def _load_seed_tasks(path: Path, context: VerifyContext | None) -> dict[str, dic
 
 
 def completion_rows(
-    completions_path: Path, tasks: Mapping[str, Any], tasks_path: Path
+    completions_path: Path,
+    tasks: Mapping[str, Any],
+    tasks_path: Path,
+    rejected: list[AuditInputError] | None = None,
 ) -> Iterator[tuple[int, str, str | dict[str, Any] | list[Any]]]:
     """`(line, task_id, completion)` for each row of a completions file, each row checked against `tasks`.
 
+    A bad row is raised, or, given `rejected`, added to it and skipped, so every bad row is reported at once.
+
     Raises:
-        AuditInputError: a malformed line, a missing field, a task_id absent from `tasks` (read from `tasks_path`),
-            or a completion that is neither text nor chat messages.
+        AuditInputError: (without `rejected`) a malformed line, a missing field, a task_id absent from `tasks`
+            (read from `tasks_path`), or a completion that is neither text nor chat messages; and, either way, an
+            unreadable file.
     """
-    for line, record in _read_jsonl(completions_path, "completions"):
-        fix = 'each row looks like {"task_id": "...", "completion": "..."}'
-        task_id = _require(record, "task_id", completions_path, line, fix)
-        completion = _require(record, "completion", completions_path, line, fix)
-        if task_id not in tasks:
-            raise AuditInputError(
-                completions_path,
-                line,
-                f"task_id {task_id} is not in {tasks_path}",
-                "audit against the matching tasks file",
-            )
-        if not isinstance(completion, str | dict | list):
-            raise AuditInputError(
-                completions_path, line, f"completion is a {type(completion).__name__}", "give text or chat messages"
-            )
+    for line, record in _read_jsonl(completions_path, "completions", rejected):
+        try:
+            task_id, completion = _completion(record, completions_path, line, tasks, tasks_path)
+        except AuditInputError as error:
+            _reject(error, rejected)
+            continue
         yield line, task_id, completion
+
+
+def _completion(
+    record: Mapping[str, Any], path: Path, line: int, tasks: Mapping[str, Any], tasks_path: Path
+) -> tuple[str, str | dict[str, Any] | list[Any]]:
+    fix = 'each row looks like {"task_id": "...", "completion": "..."}'
+    task_id = _require(record, "task_id", path, line, fix)
+    completion = _require(record, "completion", path, line, fix)
+    if task_id not in tasks:
+        raise AuditInputError(
+            path, line, f"task_id {task_id} is not in {tasks_path}", "audit against the matching tasks file"
+        )
+    if not isinstance(completion, str | dict | list):
+        raise AuditInputError(path, line, f"completion is a {type(completion).__name__}", "give text or chat messages")
+    return task_id, completion
 
 
 def audit(
@@ -220,10 +260,11 @@ def audit(
 
     Returns:
         An `AuditReport`: rows `{"line", "task_id", "verifier", "score", "passed", "reason"}` (plus `end_reason`
-        and `changes` for `episode` tasks) in file order, and their `AuditSummary`.
+        and `changes` for `episode` tasks) in file order, their `AuditSummary`, and every completion row that
+        could not be read (not UTF-8 or JSON, a missing field, a task_id absent from the tasks file), with its fix.
 
     Raises:
-        AuditInputError: a malformed line, a missing field, or a task_id absent from the tasks file.
+        AuditInputError: a tasks file with a bad record, or a file that cannot be opened.
 
     Example:
         >>> report = audit("tasks.jsonl", "completions.jsonl")  # doctest: +SKIP
@@ -232,7 +273,8 @@ def audit(
     tasks_path, completions_path = Path(tasks_path), Path(completions_path)
     tasks = load_tasks(tasks_path, context=context)
     rows: list[dict[str, Any]] = []
-    for line, task_id, completion in completion_rows(completions_path, tasks, tasks_path):
+    rejected: list[AuditInputError] = []
+    for line, task_id, completion in completion_rows(completions_path, tasks, tasks_path, rejected):
         task = tasks[task_id]
         try:
             verdict = verify(task, completion, context=context)
@@ -254,7 +296,7 @@ def audit(
             played = replay(task["verifier"]["params"], completion, context, prompt=task.get("prompt", ()))
             row.update(end_reason=played.end_reason, changes=[change.describe() for change in played.changes])
         rows.append(row)
-    return AuditReport(rows=rows, summary=summarize(rows))
+    return AuditReport(rows=rows, summary=summarize(rows), rejected=rejected)
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> AuditSummary:

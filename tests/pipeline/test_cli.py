@@ -135,7 +135,7 @@ def test_verify_names_the_line_of_a_bad_completion(tmp_path):
     completions = tmp_path / "c.jsonl"
     completions.write_text('{"task_id": "0000000000000000", "completion": "x"}\n')
     result = CliRunner().invoke(main, ["verify", str(SEEDS), str(completions)])
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # the rows that could be read are scored; the bad ones are listed
     assert f"{completions}:1: task_id 0000000000000000 is not in {SEEDS}" in result.output
 
 

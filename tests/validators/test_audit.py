@@ -1,9 +1,12 @@
 """The offline reward audit: verdict rows, a summary, and input errors that name file, line and fix."""
 
 import json
+import re
 
 import pytest
+from click.testing import CliRunner
 
+from pipeline.cli import main
 from validators.audit import AuditInputError, audit, format_summary, summarize
 from validators.registry import REGISTRY, Verdict, Verifier
 
@@ -75,12 +78,39 @@ def test_audit_rows_and_summary(tmp_path, tasks_file):
         (["[1, 2]"], r"completions\.jsonl:1: expected a JSON object, got list"),
         # A completion of the wrong type.
         ([{"task_id": "math1", "completion": 18}], r"completions\.jsonl:1: completion is a int; give text or chat"),
+        # Bytes that are not UTF-8 (a Latin-1 export): the line and the column, not a traceback.
+        (
+            [b'{"task_id": "math1", "completion": "18 \xb0C"}'],
+            r"completions\.jsonl:1: byte 0xb0 at col 40 is not UTF-8",
+        ),
     ],
 )
 def test_completion_input_errors(tmp_path, tasks_file, completion_lines, message):
-    completions = write_jsonl(tmp_path / "completions.jsonl", completion_lines)
-    with pytest.raises(AuditInputError, match=message):
-        audit(tasks_file, completions)
+    # The bad row is reported with its line and fix, and the good row after it is still scored.
+    completions = tmp_path / "completions.jsonl"
+    good = json.dumps({"task_id": "math1", "completion": "#### 18"}).encode()
+    lines = [
+        line if isinstance(line, bytes) else (line if isinstance(line, str) else json.dumps(line)).encode()
+        for line in completion_lines
+    ]
+    completions.write_bytes(b"\n".join([*lines, good]) + b"\n")
+    report = audit(tasks_file, completions)
+    [error] = report.rejected
+    assert isinstance(error, AuditInputError)
+    assert re.search(message, str(error)), str(error)
+    assert (report.rows[-1]["line"], report.rows[-1]["passed"]) == (len(lines) + 1, True)
+
+
+def test_every_bad_completion_row_is_reported_and_the_command_fails(tmp_path, tasks_file):
+    completions = tmp_path / "completions.jsonl"
+    rows = [b'{"task_id": "math1"}', b'{"task_id": "math1", "completion": "#### 18"}', b"\xff\xfe", b"[1]"]
+    completions.write_bytes(b"\n".join(rows) + b"\n")
+    result = CliRunner().invoke(main, ["verify", str(tasks_file), str(completions)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "3 row(s) of" in result.output
+    for line in (1, 3, 4):
+        assert f"completions.jsonl:{line}: " in result.output
+    assert '"line": 2' in result.output and "passed 1" in result.output  # the readable row was scored
 
 
 @pytest.mark.parametrize(
