@@ -10,6 +10,7 @@ from typing import Any
 
 import dagster as dg
 from dagster._core.definitions.asset_selection import DagsterInvalidAssetSelectionError
+from upath import UPath
 
 from core.errors import SeedwheelError
 from core.signals import dispositions_kept
@@ -79,6 +80,14 @@ def materialize(
     job = defs.resolve_implicit_global_asset_job_def()
     keys = selected_asset_keys(defs, select, partition)
     graph = defs.resolve_asset_graph()
+    missing = unstored_inputs(defs, keys, settings.home)
+    if missing:
+        needed = ", ".join(f"{name} (read by {', '.join(readers)})" for name, readers in missing.items())
+        groups = sorted({f"group:{graph.get(dg.AssetKey.from_user_string(name)).group_name}" for name in missing})
+        raise RunRequestError(
+            f"the selection reads {needed}, which it does not make and {settings.home} does not hold",
+            hint=f"add {' or '.join(repr(g) for g in groups)} to --select, or run the whole graph once: seedwheel run",
+        )
     with dispositions_kept(), open_instance(settings) as instance:
         for run_id in reap_dead_runs(instance):
             logger.warning("run %s was killed before it finished: marked failed, its pool slots freed", run_id)
@@ -166,6 +175,23 @@ def selected_asset_keys(defs: dg.Definitions, select: str | None, partition: str
     if not keys:
         raise RunRequestError(f"--select {select!r} matches no asset; try e.g. 'seed_tasks+' or 'group:seeds'")
     return keys
+
+
+def unstored_inputs(defs: dg.Definitions, keys: Sequence[dg.AssetKey], home: Path | str) -> dict[str, list[str]]:
+    """The unpartitioned tables that the assets `keys` load, that `keys` do not make and `home` does not hold:
+    each one's name -> the names of the assets that read it. A run of `keys` would fail on each of them."""
+    graph = defs.resolve_asset_graph()
+    selected = set(keys)
+    missing: dict[str, list[str]] = {}
+    for key in keys:
+        assets = defs.resolve_assets_def(key)
+        nothing = {d.name for d in assets.node_def.input_defs if d.dagster_type.is_nothing}  # order only, not read
+        for name, parent in assets.keys_by_input_name.items():
+            if name in nothing or parent in selected or graph.get(parent).partitions_def is not None:
+                continue
+            if not UPath(str(home)).joinpath(*parent.path[:-1], f"{parent.path[-1]}.parquet").exists():
+                missing.setdefault(parent.to_user_string(), []).append(key.to_user_string())
+    return missing
 
 
 def flywheel_job_from_env() -> dg.JobDefinition:

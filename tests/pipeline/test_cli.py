@@ -84,6 +84,16 @@ def test_run_rejects_a_selection_it_cannot_use(settings, select, message):
     assert message in result.output and "Traceback" not in result.output
 
 
+def test_a_selection_that_reads_a_table_nobody_made_is_refused_before_it_runs(settings):
+    # On a new home, the curation stages read failure_tasks, which only group:failures makes.
+    select = "seed_tasks,task_variants,validated_tasks,deduplicated_tasks"
+    result = CliRunner().invoke(main, ["run", "--select", select, "--home", str(settings.home)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "the selection reads failure_tasks (read by task_rejects, task_variants, validated_tasks" in result.output
+    assert "add 'group:failures' to --select" in result.output
+    assert not (settings.home / "seed_tasks.parquet").exists()  # nothing ran
+
+
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["seeds", "validate", "--help"], ["ui", "--help"]])
 def test_help(args):
     assert CliRunner().invoke(main, args).exit_code == 0
