@@ -53,6 +53,12 @@ def main() -> None:
     help="Asset selection, comma-separated as `dagster asset materialize` reads it, e.g. 'seed_tasks+', "
     "'group:seeds' or 'seed_tasks,task_variants'.",
 )
+@click.option(
+    "--job",
+    default=None,
+    help="Materialize a job's assets instead of a selection: flywheel_job (every asset), regeneration_job (seeds "
+    "to splits, as the nightly schedule runs it) or training_job (training and the gate on the stored splits).",
+)
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
 @click.option(
     "--executor",
@@ -63,13 +69,13 @@ def main() -> None:
     "`seedwheel worker` ($SEEDWHEEL_CELERY_BROKER).",
 )
 @seedwheel_errors(usage=True)
-def run(profile: str | None, select: str | None, home: Path | None, executor: str) -> None:
+def run(profile: str | None, select: str | None, job: str | None, home: Path | None, executor: str) -> None:
     """Materialize the asset graph (recorded in the Dagster instance, visible in the UI)."""
     from pipeline.runs import materialize  # Dagster loads slowly; keep `seedwheel --help` fast
 
     settings = Settings.from_env(profile=profile, home=home)
     click.echo(f"seedwheel run: profile={settings.profile} storage={settings.home}")
-    summary = materialize(settings, select, executor=executor)
+    summary = materialize(settings, select, executor=executor, job=job)
     click.echo(f"\nrun {summary.run_id}: {'succeeded' if summary.success else 'FAILED'}")
     click.echo(f"{'asset':<28} {'rows':>8}  path")
     for asset in summary.assets:

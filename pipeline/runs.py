@@ -56,8 +56,10 @@ def materialize(
     executor: str = "in_process",
     ops: Mapping[str, Mapping[str, Any]] | None = None,
     steps: int = MULTIPROCESS_STEPS,
+    job: str | None = None,
 ) -> RunSummary:
-    """Materialize the selected assets (all when `select` is None; else as `selected_asset_keys` reads it).
+    """Materialize the selected assets (all when `select` is None; else as `selected_asset_keys` reads it), or
+    those of the job named `job` (`flywheel_job`, `regeneration_job`, `training_job`).
 
     `executor`: `in_process` (one process, the CLI's default), `multiprocess` (a process per step, up to `steps`
     at a time, as `dagster dev` runs them; the steps rebuild the definitions from `settings.environ()`) or
@@ -77,8 +79,9 @@ def materialize(
         RunRequestError: when `select` is not a selection or matches no asset.
     """
     defs = build_definitions(settings)
-    job = defs.resolve_implicit_global_asset_job_def()
-    keys = selected_asset_keys(defs, select, partition)
+    keys = (
+        selected_asset_keys(defs, select, partition) if job is None else job_asset_keys(defs, job, select, partition)
+    )
     graph = defs.resolve_asset_graph()
     missing = unstored_inputs(defs, keys, settings.home)
     if missing:
@@ -86,7 +89,8 @@ def materialize(
         groups = sorted({f"group:{graph.get(dg.AssetKey.from_user_string(name)).group_name}" for name in missing})
         raise RunRequestError(
             f"the selection reads {needed}, which it does not make and {settings.home} does not hold",
-            hint=f"add {' or '.join(repr(g) for g in groups)} to --select, or run the whole graph once: seedwheel run",
+            hint=f"make them first (seedwheel run --select {','.join(groups)}; or add that to this run's selection), "
+            "or run the whole graph once: seedwheel run",
         )
     with dispositions_kept(), open_instance(settings) as instance:
         for run_id in reap_dead_runs(instance):
@@ -104,8 +108,10 @@ def materialize(
             "ops": {name: {"config": dict(config)} for name, config in (ops or {}).items()},
         }
         tags = {"seedwheel/profile": settings.profile, "seedwheel/launched_by": "cli", PROCESS_TAG: process_tag()}
+        if job is not None:
+            tags["seedwheel/job"] = job
         if executor == "in_process":
-            result = job.execute_in_process(
+            result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
                 partition_key=partition,
                 run_config=run_config,
                 instance=instance,
@@ -174,6 +180,25 @@ def selected_asset_keys(defs: dg.Definitions, select: str | None, partition: str
     keys = [key for key in keys if (graph.get(key).partitions_def is not None) == (partition is not None)]
     if not keys:
         raise RunRequestError(f"--select {select!r} matches no asset; try e.g. 'seed_tasks+' or 'group:seeds'")
+    return keys
+
+
+def job_asset_keys(defs: dg.Definitions, job: str, select: str | None, partition: str | None) -> list[dg.AssetKey]:
+    """The asset keys of the job named `job`: its unpartitioned ones, or with `partition` its partitioned ones.
+
+    Raises:
+        RunRequestError: when `select` is given too, or no job has that name.
+    """
+    if select is not None:
+        raise RunRequestError(f"--select {select!r} and --job {job!r}: give one of them")
+    names = sorted(j.name for j in defs.jobs if not j.name.startswith("__"))
+    if job not in names:
+        raise RunRequestError(f"no job {job!r}; the jobs: {', '.join(names)}")
+    graph = defs.resolve_asset_graph()
+    selected = defs.resolve_job_def(job).asset_layer.selected_asset_keys
+    keys = sorted(key for key in selected if (graph.get(key).partitions_def is not None) == (partition is not None))
+    if not keys:
+        raise RunRequestError(f"job {job!r} has no {'partitioned' if partition else 'unpartitioned'} asset")
     return keys
 
 

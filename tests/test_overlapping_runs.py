@@ -25,7 +25,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets import groups
 from core.signals import dispositions_kept
 from pipeline.definitions import build_definitions
 from pipeline.instance import EXCLUSIVE_TAG, open_instance
@@ -43,9 +42,6 @@ RUN_TIMEOUT_S = 900
 IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
 ACTIVE = {"STARTING", "STARTED"}
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
-REGENERATION = " or ".join(
-    f"group:{group}" for group in (groups.SEEDS, groups.FAILURES, groups.GENERATION, groups.CURATION, groups.JUDGING)
-)
 
 REPOSITORIES = """
 query Repositories {
@@ -169,7 +165,7 @@ def test_regenerations_forced_side_by_side_leave_whole_outputs(settings: Setting
         with open(log, "wb") as handle:
             runs.append(
                 subprocess.Popen(
-                    [str(seedwheel), "run", "--select", REGENERATION],
+                    [str(seedwheel), "run", "--job", "regeneration_job"],
                     cwd=REPO,
                     env=environment,
                     stdout=handle,

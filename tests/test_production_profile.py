@@ -112,7 +112,7 @@ def test_the_regeneration_on_object_storage_writes_nothing_to_the_local_disk(
             "MPLCONFIGDIR": str(tmp_path / "tmp" / "matplotlib"),  # as the Dockerfile sets it: a font cache
         }
         result = subprocess.run(
-            [SEEDWHEEL, "run", "--select", REGENERATION],
+            [SEEDWHEEL, "run", "--job", "regeneration_job"],  # the nightly schedule's job, by name
             cwd=watched["cwd"],
             env=env,
             capture_output=True,

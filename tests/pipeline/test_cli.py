@@ -84,13 +84,28 @@ def test_run_rejects_a_selection_it_cannot_use(settings, select, message):
     assert message in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--job", "nightly"], "no job 'nightly'; the jobs: flywheel_job, regeneration_job, training_job"),
+        (["--job", "training_job", "--select", "promotion"], "--select 'promotion' and --job 'training_job'"),
+        # On a new home: training reads the splits, which only the regeneration makes.
+        (["--job", "training_job"], "train_tasks (read by difficulty_profile, episodes, grpo_checkpoint"),
+    ],
+)
+def test_run_job_names_the_jobs_and_what_they_need(settings, args, message):
+    result = CliRunner().invoke(main, ["run", *args, "--home", str(settings.home)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert message in result.output
+
+
 def test_a_selection_that_reads_a_table_nobody_made_is_refused_before_it_runs(settings):
     # On a new home, the curation stages read failure_tasks, which only group:failures makes.
     select = "seed_tasks,task_variants,validated_tasks,deduplicated_tasks"
     result = CliRunner().invoke(main, ["run", "--select", select, "--home", str(settings.home)])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "the selection reads failure_tasks (read by task_rejects, task_variants, validated_tasks" in result.output
-    assert "add 'group:failures' to --select" in result.output
+    assert "make them first (seedwheel run --select group:failures;" in result.output
     assert not (settings.home / "seed_tasks.parquet").exists()  # nothing ran
 
 
