@@ -188,6 +188,15 @@ def to_task_record(record: SeedRecord) -> tuple[dict[str, Any] | None, list[Prob
         )
     if isinstance(task.get("prompt"), str):
         task["prompt"] = [{"role": "user", "content": task["prompt"]}]
+    if task.get("reference") is None:
+        problems.append(
+            Problem(
+                "missing_reference",
+                "/reference",
+                "no reference: without a known-good completion, nothing shows that the verifier can be passed",
+                "add `reference`: an answer that passes this seed's verifier, as the model should write it",
+            )
+        )
     task.setdefault("reference", None)
     task.setdefault("difficulty", None)
     task.setdefault("tags", [])

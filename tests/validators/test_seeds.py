@@ -91,6 +91,21 @@ def test_derived_fields_are_filled(tmp_path):
             {"arithmetic/a.jsonl": jsonl({"prompt": "2+2?", "reference": "#### 4"})},
             ["seeds/arithmetic/a.jsonl:1: missing field 'verifier' (/verifier) - add the field"],
         ),
+        # No reference, or a null one: the check that the verifier can be passed would never run.
+        (
+            {
+                "arithmetic/a.jsonl": jsonl(
+                    {"prompt": "2+2?", "verifier": {"name": "numeric_answer", "params": {"answer": 4}}},
+                    variant(2, reference=None),
+                )
+            },
+            [
+                f"seeds/arithmetic/a.jsonl:{line}: no reference: without a known-good completion, nothing shows that"
+                " the verifier can be passed (/reference) - add `reference`: an answer that passes this seed's"
+                " verifier, as the model should write it"
+                for line in (1, 2)
+            ],
+        ),
         # A wrong type.
         (
             {"arithmetic/a.jsonl": jsonl(variant(1), variant(2, difficulty="hard"))},
