@@ -17,7 +17,7 @@ from pipeline.resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository
 from training.episodes import play_and_score
 from training.eval_table import failure_report, paired_comparison
 from training.evaluation import is_episode
-from training.promotion import decide
+from training.promotion import decide, decision_line
 from training.stats import Comparison, EvalReport, evaluate
 
 ROLES = ("baseline", "candidate")
@@ -119,7 +119,7 @@ def promotion(
         registry.promote(models["candidate"], run_id=context.run.run_id, numbers=decision.numbers)
     failures = failure_report(checkpoint_eval)
     verdict = "promoted" if decision.promote else "kept baseline"
-    context.log.info(f"promotion: {verdict} ({models['candidate']} vs {models['baseline']})")
+    context.log.info(f"promotion: {decision_line(decision.promote, models['candidate'], models['baseline'])}")
     for reason in [*decision.reasons, failures["summary"]]:
         context.log.info(f"promotion: {reason}")
     record = {

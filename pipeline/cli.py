@@ -72,6 +72,7 @@ def main() -> None:
 def run(profile: str | None, select: str | None, job: str | None, home: Path | None, executor: str) -> None:
     """Materialize the asset graph (recorded in the Dagster instance, visible in the UI)."""
     from pipeline.runs import materialize  # Dagster loads slowly; keep `seedwheel --help` fast
+    from training.promotion import decision_line
 
     settings = Settings.from_env(profile=profile, home=home)
     click.echo(f"seedwheel run: profile={settings.profile} storage={settings.home}")
@@ -81,6 +82,11 @@ def run(profile: str | None, select: str | None, job: str | None, home: Path | N
     for asset in summary.assets:
         rows = "-" if asset.rows is None else str(asset.rows)
         click.echo(f"{asset.key:<28} {rows:>8}  {asset.path}")
+    if any(asset.key.endswith("_rejects") for asset in summary.assets):
+        click.echo(
+            "(a *_rejects table holds one row per refused attempt, with its reason: variant_rejects can outnumber "
+            "task_variants, since generators try more variants than they keep)"
+        )
     for name, passed, severity in summary.checks:
         click.echo(f"check {name}: {'passed' if passed else f'failed ({severity})'}")
     for failure in summary.failures:
@@ -88,7 +94,8 @@ def run(profile: str | None, select: str | None, job: str | None, home: Path | N
     for asset in summary.assets:
         if asset.key == "promotion":
             decision = asset.metadata
-            click.echo(f"\npromotion: {decision['decision']}: {decision['candidate']} vs {decision['baseline']}")
+            line = decision_line(bool(decision["promoted"]), str(decision["candidate"]), str(decision["baseline"]))
+            click.echo(f"\npromotion: {line}")
             click.echo(str(decision["reasons"]))
             click.echo(str(decision["failure_eval"]))
     click.echo(f"\nRuns are recorded in {settings.dagster_home}. Open the UI: make ui (or seedwheel ui), then")

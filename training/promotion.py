@@ -208,6 +208,20 @@ def decide(
     return PromotionDecision(promote=not blocked, reasons=reasons, numbers=numbers)
 
 
+def decision_line(promoted: bool, candidate: str, baseline: str) -> str:
+    """The gate's decision in words: which model serves now, and which one it was weighed against.
+
+    Example:
+        >>> decision_line(False, "grpo/run7", "sft/run6")
+        'kept the baseline sft/run6: the candidate grpo/run7 did not pass the gate'
+        >>> decision_line(True, "grpo/run8", "sft/run6")
+        'promoted the candidate grpo/run8: it replaces the baseline sft/run6'
+    """
+    if promoted:
+        return f"promoted the candidate {candidate}: it replaces the baseline {baseline}"
+    return f"kept the baseline {baseline}: the candidate {candidate} did not pass the gate"
+
+
 @dataclass(frozen=True)
 class PromotedModel:
     """One promotion: which checkpoint, when (UTC, ISO 8601), by which run, what it replaced, its eval numbers."""
