@@ -188,15 +188,19 @@ def to_task_record(record: SeedRecord) -> tuple[dict[str, Any] | None, list[Prob
         )
     if isinstance(task.get("prompt"), str):
         task["prompt"] = [{"role": "user", "content": task["prompt"]}]
-    if task.get("reference") is None:
-        problems.append(
+    # Reported after the record's other problems: the fields it cannot be built without come first.
+    unreferenced = (
+        [
             Problem(
                 "missing_reference",
                 "/reference",
                 "no reference: without a known-good completion, nothing shows that the verifier can be passed",
                 "add `reference`: an answer that passes this seed's verifier, as the model should write it",
             )
-        )
+        ]
+        if task.get("reference") is None
+        else []
+    )
     task.setdefault("reference", None)
     task.setdefault("difficulty", None)
     task.setdefault("tags", [])
@@ -208,12 +212,13 @@ def to_task_record(record: SeedRecord) -> tuple[dict[str, Any] | None, list[Prob
             task["verifier"] = {**verifier, "version": REGISTRY.get(verifier["name"]).version}
         except UnknownVerifierError as exc:
             fix = "use a registered verifier, or register yours (entry point 'seedwheel.verifiers')"
-            return task, [*problems, Problem("unknown_verifier", "/verifier/name", str(exc), fix)]
+            return task, [*problems, Problem("unknown_verifier", "/verifier/name", str(exc), fix), *unreferenced]
     try:
         task_id = compute_task_id(task["prompt"], task["verifier"])
     except (KeyError, TypeError, ValueError):
         # The prompt or verifier is missing or malformed: report the seed's own fields, not the derived ones.
-        return None, problems + [p for p in schema_problems(task) if p.pointer not in ("/task_id", "/lineage")]
+        schema = [p for p in schema_problems(task) if p.pointer not in ("/task_id", "/lineage")]
+        return None, [*problems, *schema, *unreferenced]
     if "task_id" in raw and raw["task_id"] != task_id:
         problems.append(
             Problem(
@@ -232,7 +237,7 @@ def to_task_record(record: SeedRecord) -> tuple[dict[str, Any] | None, list[Prob
             )
         )
     task["lineage"] = lineage
-    return task, problems
+    return task, [*problems, *unreferenced]
 
 
 def load_seeds(

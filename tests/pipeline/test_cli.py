@@ -36,8 +36,11 @@ def test_seeds_validate_reports_each_problem_and_exits_1(tmp_path, monkeypatch):
         "arithmetic/bad.jsonl:2: invalid JSON: Expecting property name enclosed in double quotes at column 2 (/)"
         " - fix the JSON syntax; a .jsonl file holds one complete JSON object per line",
         "arithmetic/bad.jsonl:3: missing field 'verifier' (/verifier) - add the field",
+        "arithmetic/bad.jsonl:3: no reference: without a known-good completion, nothing shows that the verifier"
+        " can be passed (/reference) - add `reference`: an answer that passes this seed's verifier, as the model"
+        " should write it",
     ]
-    assert "1 files, 1 valid seeds, 2 problems" in result.stderr
+    assert "1 files, 1 valid seeds, 3 problems" in result.stderr
 
 
 def test_seeds_validate_missing_path_is_a_usage_error(tmp_path):
