@@ -1,17 +1,24 @@
 """Split assets: judged tasks to the train and eval sides of their lineage, and the contamination check."""
 
+from typing import Any
+
 import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import count_table, markdown_table, task_preview
+from assets.metadata import count_table, markdown_table, preview, task_preview
 from curation.curate import index_tasks, task_text
 from curation.dedup import near_duplicate_pairs
 from curation.manifests import checkpoint_leaks, trained_tasks
 from curation.splits import lineage_leaks
+from curation.vouching import HELD_BACK_COLUMNS, vouch
+from generators.rewrite import CHECKS_VERSION, LLMRewriter
 from pipeline.resources import CHECKPOINTS_FOLDER, EXPORT_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
 from validators.export import export_split
-from validators.tables import records_from_frame
+from validators.tables import frame_from_records, records_from_frame
+
+# The LLM generators, each with the version of the checks against its parent that vouch for its text today.
+LLM_CHECKS = {LLMRewriter.name: CHECKS_VERSION}
 
 
 @dg.multi_asset(
@@ -40,6 +47,17 @@ def split_tasks(
     splits hold, nothing the judge rejected, so a rejected task never marks a later near-copy as a duplicate.
     """
     kept = judge.kept(judged_tasks)
+    # LLM text that neither its current checks nor a judge whose labels are in use vouches for is held back.
+    vouching = vouch(
+        records_from_frame(kept),
+        judged_tasks.loc[kept.index, "judge_verdict"].tolist(),
+        current_checks=LLM_CHECKS,
+        judge_vouches=judge.use_labels == "accepted",
+    )
+    for row in vouching.held_back:
+        context.log.warning(f"held back {row['task_id']} ({row['family']}, {row['generator']}): {row['reason']}.")
+    kept = kept[vouching.kept]
+    held_back = frame_from_records(vouching.held_back, HELD_BACK_COLUMNS)
     entry = storage.split_ledger().assign(kept, policy.split_config(), run_id=context.run.run_id)
     for note in entry.notes:
         context.log.warning(f"split: {note}")
@@ -47,7 +65,7 @@ def split_tasks(
     with policy.dedup_index(storage) as index:
         added = index_tasks(records_from_frame(kept), index)  # a rerun after a crash finds them known: idempotent
     sides = pd.Series(plan.splits, index=kept.index)
-    split_numbers = {
+    split_numbers: dict[str, Any] = {
         "split_plan": state.seq,
         "split_epoch": state.epoch,
         "split_plan_id": state.plan_id,
@@ -55,6 +73,9 @@ def split_tasks(
         "ledger_roots": len(state.sides),
         "dedup_index_rows_added": added,
         "dedup_index_rows": len(index),
+        "vouched_by": count_table([v for v in vouching.vouchers if v is not None], "voucher"),
+        "held_back": len(held_back),
+        "held_back_reasons": count_table(held_back["reason"], "reason"),
     }
     parts = {name: kept[sides == name].reset_index(drop=True) for name in ("train", "eval")}
     with storage.folder(EXPORT_FOLDER) as folder:
@@ -73,6 +94,7 @@ def split_tasks(
                 "export_parquet": dg.MetadataValue.path(storage.location(EXPORT_FOLDER, exported[name].parquet.name)),
                 "export_jsonl": dg.MetadataValue.path(storage.location(EXPORT_FOLDER, exported[name].jsonl.name)),
                 "preview": task_preview(part),
+                "held_back_preview": preview(held_back, ["task_id", "family", "generator", "reason"]),
             },
         )
         if name == "eval":

@@ -6,5 +6,6 @@
   into steps by task-id hash ranges, and their verdicts merged back in input order.
 - `splits`: lineage-grouped train/eval assignment; `split_ledger`: the append-only ledger that keeps each root on
   its side across nights.
+- `vouching`: which LLM-written tasks the splits may keep (their generator's current checks, or a judge in use).
 - `manifests`: the task ids each checkpoint trained on, and the leaks an eval split would have against them.
 """

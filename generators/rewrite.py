@@ -24,16 +24,27 @@ Reject codes (each row keeps `raw`, the model's text or the error body, clipped 
 - `unchanged`: the original again, ignoring whitespace and case. Misses: a rewrite that changes one word.
 - `too_long`: longer than `max_length_ratio` x the original (and than `min_length_budget` characters).
   Misses: padding under the limit.
-- `lost_content`: numeric-answer tasks, kinds `paraphrase` and `distractors` only: a number of the original
-  question is missing from the rewrite. Misses: a changed relation ("half" -> "twice"), a changed number that
-  also appears elsewhere; rejects wrongly: numbers spelled out in words.
+- `degenerate`: one word makes up more than `max_repeat_share` of the rewrite (and over twice its share of the
+  original): a model in a loop ("Um, um, um, um"). Misses: a loop of a longer phrase.
+- `fragment`: fewer than `min_word_ratio` x the original's words: a list of the task's values, a noun phrase,
+  not the task ("How many grams are in 1.25 kilograms?" -> "1.25 kilograms"). Misses: a short rewrite that
+  drops one condition.
+- `lost_content`: something the template says to keep verbatim is gone: code (in backticks or a fenced block),
+  double-quoted text, identifiers (a word with digits and letters, an underscore, a dot or an @ inside: `B20417`,
+  `report.txt`) and names (a capitalised word inside a sentence: `Reykjavik`); and for numeric-answer tasks of
+  kinds `paraphrase` and `distractors`, a number of the original question. Misses: a changed relation
+  ("half" -> "twice"), a changed number that also appears elsewhere; rejects wrongly: numbers spelled out in
+  words, a name that starts a sentence in the rewrite only in lower case.
 - `leaks_answer`: numeric-answer tasks: the rewrite contains the gold number and the original did not.
   Misses: the answer in words or as a fraction; rejects wrongly: a distractor that happens to use that number.
 - `duplicate`: the same text as an earlier variant of the same batch (same `task_id`). Misses:
   near-duplicates (the dedup stage labels those).
 
-Semantic drift (a rewrite that changes the answer, drops a constraint, or follows instructions hidden in the
-task) is caught later by the validator and the judge, not here.
+These checks compare the rewrite with its parent, so they vouch for a rewrite without a judge: every variant
+records the version of the checks it passed (`lineage.generator.params.checks`, `CHECKS_VERSION`), and the
+splits hold back a rewrite that no current check and no calibrated judge vouches for
+(`curation.vouching`). Semantic drift that keeps every word the checks look at (a rewrite that changes the
+answer, drops a condition, or follows instructions hidden in the task) is left to the validator and the judge.
 
 Example (`client`: an `LLMClient` with an `LLMCache`; `seeds`: task records):
 
@@ -44,6 +55,7 @@ Example (`client`: an `LLMClient` with an `LLMCache`; `seeds`: task records):
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -70,6 +82,10 @@ REWRITE_SCHEMA: dict[str, Any] = {
 
 # Kinds whose rewrite must keep every number of the original question (`harder` may state them indirectly).
 NUMBER_KEEPING_KINDS = frozenset({"paraphrase", "distractors"})
+
+# The version of the checks in `rewrite_problem`, recorded in every variant's lineage: bump it when a check changes,
+# so the splits can tell a rewrite these checks vouch for from one made before them.
+CHECKS_VERSION = "rewrite-checks-v2"
 
 _PREAMBLE = """You rewrite tasks for a training data set of problems with checkable answers.
 
@@ -156,6 +172,9 @@ class RewriteConfig:
         max_tokens: cap on the answer's length; None uses the endpoint config's.
         max_length_ratio: `too_long` when the rewrite is longer than this many times the original...
         min_length_budget: ...or than this many characters, whichever is larger (short questions need room).
+        min_word_ratio: `fragment` when the rewrite has fewer than this many times the original's words.
+        max_repeat_share: `degenerate` when one word is more than this share of the rewrite's words (and more
+            than twice its share of the original's).
         raw_max_chars: how much of the raw answer a reject row keeps.
 
     Example:
@@ -169,6 +188,8 @@ class RewriteConfig:
     max_tokens: int | None = None
     max_length_ratio: float = 3.0
     min_length_budget: int = 400
+    min_word_ratio: float = 0.5
+    max_repeat_share: float = 0.3
     raw_max_chars: int = 2000
 
     def __post_init__(self) -> None:
@@ -182,6 +203,10 @@ class RewriteConfig:
             )
         if self.min_length_budget < 1:
             raise ValueError(f"min_length_budget ({self.min_length_budget}) must be >= 1 character, e.g. 400")
+        if not 0 < self.min_word_ratio <= 1:
+            raise ValueError(f"min_word_ratio ({self.min_word_ratio}) must be in (0, 1]; e.g. 0.5")
+        if not 0 < self.max_repeat_share < 1:
+            raise ValueError(f"max_repeat_share ({self.max_repeat_share}) must be in (0, 1); e.g. 0.3")
         if self.raw_max_chars < 80:
             raise ValueError(f"raw_max_chars ({self.raw_max_chars}) must be >= 80 to keep a readable raw text")
 
@@ -222,6 +247,65 @@ def numeric_gold(verifier: Mapping[str, Any]) -> Fraction | None:
     return None
 
 
+# Words as the checks count them: a number with its separators is one word ("1,200.50"), so is "B20417".
+_WORD = re.compile(r"\d+(?:[.,]\d+)*|\w+")
+_CODE = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)
+_QUOTED = re.compile(r'"[^"\n]+"')
+# A capitalised word that does not start a sentence (nor the text, a line or a quote): a name.
+_NAME = re.compile(r"(?<=[\w,)] )[A-Z][^\W\d_]+")
+# Letters and digits mixed, an underscore, or a dot or @ between word characters: an identifier or a file name.
+_IDENTIFIER = re.compile(r"[\w.@/-]*(?:[A-Za-z]\d|\d[A-Za-z]|_|\w[.@]\w)[\w.@/-]*")
+
+
+def words_in(text: str) -> list[str]:
+    """The words of `text`, case-folded, as the `fragment` and `degenerate` checks count them.
+
+    Example:
+        >>> words_in("How many grams are in 1.25 kilograms?")
+        ['how', 'many', 'grams', 'are', 'in', '1.25', 'kilograms']
+    """
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def kept_verbatim(text: str) -> list[str]:
+    """What a rewrite of `text` must keep: code, quoted text, identifiers and names (see `lost_content`).
+
+    Example:
+        >>> kept_verbatim('Call `get_weather` for Oslo and "Bergen", in the B20417 file report.txt.')
+        ['`get_weather`', '"Bergen"', 'B20417', 'report.txt', 'Oslo']
+    """
+    code = _CODE.findall(text)
+    rest = _CODE.sub(" ", text)
+    quoted = _QUOTED.findall(rest)
+    rest = _QUOTED.sub(" ", rest)
+    # Numbers ("30.00") are the numeric checks' to compare, by value.
+    identifiers = [m.group(0).strip(".-/") for m in _IDENTIFIER.finditer(rest) if re.search("[^\\W\\d]", m.group(0))]
+    return list(dict.fromkeys([*code, *quoted, *identifiers, *_NAME.findall(rest)]))
+
+
+def _missing_verbatim(original: str, rewritten: str) -> list[str]:
+    """The items of `kept_verbatim(original)` the rewrite lost (code and quotes by their whitespace-normalised text,
+    names ignoring case, identifiers exactly)."""
+    flat = " ".join(rewritten.split())
+    folded = set(words_in(rewritten))
+    missing = []
+    for item in kept_verbatim(original):
+        if item[0] in '`"':
+            kept = " ".join(item.split()) in flat
+        elif item[0].isupper() and item.isalpha():
+            kept = item.casefold() in folded
+        else:
+            kept = item in rewritten
+        if not kept:
+            missing.append(item)
+    return missing
+
+
+def _repeat_share(words: Sequence[str]) -> float:
+    """The share of the most frequent word (0 for no words)."""
+    return max(Counter(words).values()) / len(words) if words else 0.0
+
+
 def _normalised(text: str) -> str:
     return " ".join(text.split()).casefold()
 
@@ -244,12 +328,15 @@ def rewrite_problem(
 
     Returns:
         None, or a reason code and a detail: `empty_rewrite`, `echoed_delimiters`, `unchanged`, `too_long`,
-        `lost_content`, `leaks_answer` (see the module doc for what each catches and misses).
+        `degenerate`, `fragment`, `lost_content`, `leaks_answer` (see the module doc for what each catches and
+        misses).
 
     Example:
         >>> rewrite_problem("Tom has 3 apples and gets 4.", "Tom gets 4 apples; he had 3. So 7.",
         ...                 kind="paraphrase", gold=Fraction(7))
         ('leaks_answer', 'the rewrite states the gold answer 7, the original did not')
+        >>> rewrite_problem("How many grams are in 1.25 kilograms?", "1.25 kilograms", kind="harder", gold=None)
+        ('fragment', '2 words where the original has 7: a fragment, not the task')
     """
     config = config or RewriteConfig()
     if not rewritten.strip():
@@ -261,6 +348,16 @@ def rewrite_problem(
     budget = max(config.max_length_ratio * len(original), config.min_length_budget)
     if len(rewritten) > budget:
         return "too_long", f"{len(rewritten)} characters, the limit is {budget:.0f} ({len(original)} originally)"
+    words, original_words = words_in(rewritten), words_in(original)
+    share = _repeat_share(words)
+    if len(words) >= 4 and share > max(config.max_repeat_share, 2 * _repeat_share(original_words)):
+        word = Counter(words).most_common(1)[0][0]
+        return "degenerate", f"'{word}' is {share:.0%} of the rewrite's {len(words)} words: a model in a loop"
+    if len(words) < config.min_word_ratio * len(original_words):
+        return "fragment", f"{len(words)} words where the original has {len(original_words)}: a fragment, not the task"
+    missing = _missing_verbatim(original, rewritten)
+    if missing:
+        return "lost_content", f"code, quoted text, identifiers or names of the original missing: {', '.join(missing)}"
     if gold is None:
         return None
     before, after = numbers_in(original), numbers_in(rewritten)
@@ -438,6 +535,7 @@ class LLMRewriter(Generator):
             "model": self.client.config.model,
             "template_version": self.templates[kind].template_version,
             "random_seed": random_seed,
+            "checks": CHECKS_VERSION,
         }
 
     def _request(self, original: str, kind: str, sample: int, random_seed: int) -> ChatRequest:

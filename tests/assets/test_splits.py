@@ -5,6 +5,8 @@ from curation.dedup import DedupIndex, MinHashConfig
 from curation.manifests import CheckpointManifest, write_manifest
 from curation.split_ledger import SplitLedger
 from curation.splits import EVAL, task_roots
+from generators.base import derive_task
+from generators.rewrite import CHECKS_VERSION
 from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from pipeline.runs import materialize
 from tests.assets.test_curation import judged
@@ -77,3 +79,35 @@ def test_the_dedup_index_learns_only_what_the_splits_keep(settings, seed_records
     assert {dedup_key(t) for t in tasks[1:]} <= indexed
     assert len(index) == len(tasks) - 1
     assert EVAL in sides_now(settings).values()
+
+
+def rewrite_of(parent: dict, text: str, checks: str) -> dict:
+    """An `llm_rewrite` variant of `parent`'s question, recorded as having passed the rewrite checks `checks`."""
+    params = {"kind": "paraphrase", "sample": 0, "model": "m", "template_version": "rewrite-paraphrase-v1"}
+    return derive_task(
+        parent,
+        prompt=[*parent["prompt"][:-1], {"role": "user", "content": text}],
+        verifier_params=parent["verifier"]["params"],
+        reference=parent["reference"],
+        generator={"name": "llm_rewrite", "version": 1, "params": {**params, "checks": checks}},
+    )
+
+
+def test_llm_text_no_current_check_or_judge_in_use_vouches_for_is_held_back_and_shown(settings, seed_records):
+    parent = seed_records[0]
+    question = parent["prompt"][-1]["content"]
+    vouched = rewrite_of(parent, f"Put another way: {question}", CHECKS_VERSION)
+    unvouched = rewrite_of(parent, "Um, um, um, um, um, um, um, um, um", "rewrite-checks-v1")  # made before them
+    # The quickstart's judge labels are shown, not used: its acceptance vouches for nothing.
+    summary = split(settings, judged([*seed_records, vouched, unvouched]))
+    kept = {t for name in ("train", "eval") for t in read_table(settings.home / f"{name}_tasks.parquet")["task_id"]}
+    assert vouched["task_id"] in kept and unvouched["task_id"] not in kept
+    assert len(kept) == len(seed_records) + 1
+    numbers = next(a for a in summary.assets if a.key == SPLIT).metadata
+    assert numbers["held_back"] == 1
+    assert unvouched["task_id"] in numbers["held_back_preview"] and "rewrite-checks-v1" in numbers["held_back_reasons"]
+    assert "| checks | 1 |" in numbers["vouched_by"] and f"| not_llm | {len(seed_records)} |" in numbers["vouched_by"]
+    # Where the judge's labels are in use (behind its blocking calibration), its acceptance vouches.
+    split(settings, judged([*seed_records, vouched, unvouched]), resources=ACCEPTED_ONLY)
+    kept = {t for name in ("train", "eval") for t in read_table(settings.home / f"{name}_tasks.parquet")["task_id"]}
+    assert unvouched["task_id"] in kept
