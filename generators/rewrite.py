@@ -26,6 +26,8 @@ Reject codes (each row keeps `raw`, the model's text or the error body, clipped 
   Misses: padding under the limit.
 - `degenerate`: one word makes up more than `max_repeat_share` of the rewrite (and over twice its share of the
   original): a model in a loop ("Um, um, um, um"). Misses: a loop of a longer phrase.
+- `placeholder`: a template slot the original does not have, `{...}` or `<...>` around words: the model wrote a
+  form to fill in ("The number of customers ... is: {the number of customers ...}"). Misses: a slot in words.
 - `fragment`: fewer than `min_word_ratio` x the original's words: a list of the task's values, a noun phrase,
   not the task ("How many grams are in 1.25 kilograms?" -> "1.25 kilograms"). Misses: a short rewrite that
   drops one condition.
@@ -251,6 +253,7 @@ def numeric_gold(verifier: Mapping[str, Any]) -> Fraction | None:
 _WORD = re.compile(r"\d+(?:[.,]\d+)*|\w+")
 _CODE = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)
 _QUOTED = re.compile(r'"[^"\n]+"')
+_SLOT = re.compile(r"\{[^{}]*[^\W\d_]{2}[^{}]*\}|<[^<>]*[^\W\d_]{2}[^<>]*>")
 # A capitalised word that does not start a sentence (nor the text, a line or a quote): a name.
 _NAME = re.compile(r"(?<=[\w,)] )[A-Z][^\W\d_]+")
 # Letters and digits mixed, an underscore, or a dot or @ between word characters: an identifier or a file name.
@@ -328,8 +331,8 @@ def rewrite_problem(
 
     Returns:
         None, or a reason code and a detail: `empty_rewrite`, `echoed_delimiters`, `unchanged`, `too_long`,
-        `degenerate`, `fragment`, `lost_content`, `leaks_answer` (see the module doc for what each catches and
-        misses).
+        `degenerate`, `placeholder`, `fragment`, `lost_content`, `leaks_answer` (see the module doc for what each
+        catches and misses).
 
     Example:
         >>> rewrite_problem("Tom has 3 apples and gets 4.", "Tom gets 4 apples; he had 3. So 7.",
@@ -353,6 +356,9 @@ def rewrite_problem(
     if len(words) >= 4 and share > max(config.max_repeat_share, 2 * _repeat_share(original_words)):
         word = Counter(words).most_common(1)[0][0]
         return "degenerate", f"'{word}' is {share:.0%} of the rewrite's {len(words)} words: a model in a loop"
+    slots = [slot for slot in _SLOT.findall(rewritten) if slot not in original]
+    if slots:
+        return "placeholder", f"a slot to fill in that the original does not have: {_clip(slots[0], 80)}"
     if len(words) < config.min_word_ratio * len(original_words):
         return "fragment", f"{len(words)} words where the original has {len(original_words)}: a fragment, not the task"
     missing = _missing_verbatim(original, rewritten)

@@ -374,6 +374,17 @@ def test_truncated_answer_says_so_and_raw_is_clipped(server, cache):
         (CONTACT, "Uppsala, 2019, 18, 26", "paraphrase", None, "fragment"),
         # ...and the quantity without the question (every number kept, so the numeric check let it through).
         ("How many grams are in 1.25 kilograms?", "1.25 kilograms", "paraphrase", Fraction(1250), "fragment"),
+        # ...and a form to fill in instead of the question (from a run of four nights).
+        (
+            "How many customers signed up without being referred by another customer?",
+            "The number of customers who signed up without being referred by another customer is: {the number of "
+            "customers who signed up without being referred by another customer}",
+            "paraphrase",
+            None,
+            "placeholder",
+        ),
+        # Braces the original has (code, a schema) are not slots.
+        ("Return `{name: str}` for each row.", "For each row, return `{name: str}`.", "paraphrase", None, None),
         # A faithful paraphrase of a tool request keeps the place, in any case.
         (WEATHER, "Tell me what the weather is doing in reykjavik at the moment.", "paraphrase", None, None),
         # ...one that drops it does not mean the same request.
