@@ -10,6 +10,7 @@ and these tests read that run.
 import os
 import shutil
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import dagster as dg
@@ -18,12 +19,14 @@ import pytest
 from core.signals import dispositions_kept
 from curation.manifests import load_manifests
 from curation.splits import task_roots
+from generators.rewrite import CHECKS_VERSION, REWRITE_SCHEMA
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
 from pipeline.resources import CHECKPOINTS_FOLDER
 from pipeline.runs import RunSummary, materialize, run_summary
 from pipeline.settings import Settings
 from tests.paths import REPO, quickstart_settings
+from validators.json_answer import parse_json_response
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.tables import read_table, records_from_frame
@@ -50,6 +53,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 # Set by CI (.ci/run) to the storage root `make quickstart` just filled: the tests read that run instead of
 # running the graph a second time.
 QUICKSTART_HOME = "SEEDWHEEL_QUICKSTART_HOME"
+parse_rewrite = partial(parse_json_response, schema=REWRITE_SCHEMA)  # a rejected rewrite's raw answer
 
 
 @pytest.fixture(scope="module")
@@ -158,10 +162,17 @@ def test_the_real_model_rewrites_one_parent_per_family_and_every_call_is_account
     rewrites = [v for v in variants if v["lineage"]["generator"]["name"] == "llm_rewrite"]
     assert len(llm) + len(rewrites) == len(set(parents))  # every call is accounted for: a variant or a reject
     assert llm["raw"].notna().all()  # a rejected answer keeps its raw text
-    # Readable: grammar-constrained JSON from a real model gives sentences in words (whether they keep the task's
-    # meaning is for validation and the judge), not the random model's bytes.
-    texts = [rewrite["prompt"][-1]["content"] for rewrite in rewrites]
+    # Readable: grammar-constrained JSON from a real model gives sentences in words, not the random model's bytes;
+    # whether they keep the task is for the checks against the parent (which reject most of the 135M model's).
+    answers = [value["rewritten"] for value, error in map(parse_rewrite, llm["raw"]) if error is None]
+    texts = [rewrite["prompt"][-1]["content"] for rewrite in rewrites] + answers
     assert any(len(t.split()) >= 8 and sum(c.isalpha() or c.isspace() for c in t) / len(t) > 0.8 for t in texts)
+    # Every rewrite the splits hold passed the checks its generator runs today: no unvouched LLM text.
+    for name in ("train_tasks", "eval_tasks"):
+        for task in records_from_frame(read_table(settings.home / f"{name}.parquet")):
+            generator = task["lineage"]["generator"] or {}
+            if generator.get("name") == "llm_rewrite":
+                assert generator["params"]["checks"] == CHECKS_VERSION, task["task_id"]
 
 
 def test_rerun_makes_no_llm_calls_and_keeps_ids_stable(quickstart):
