@@ -53,7 +53,6 @@ class History:
     validated: set[str] = field(default_factory=set)  # canonical records of checked variants and failure tasks
     seeds: set[str] = field(default_factory=set)  # canonical records of the valid seeds
     judged: set[str] = field(default_factory=set)  # task ids the judge scored
-    rewritten: set[str] = field(default_factory=set)  # parent ids that got an LLM rewrite
 
 
 def night(settings, history: History, *, new_content: bool = True) -> RunSummary:
