@@ -1,10 +1,11 @@
-"""Production failures in: an inbox of failure logs, one dynamic partition per file, redacted before storage.
+"""Production traffic and failures in: an inbox of logs, one dynamic partition per file, redacted before storage.
 
 `failure_inbox` (a sensor) adds a partition per new or changed file and requests its run with a run key of
 name + size + mtime, so overlapping ticks, a restarted daemon or a re-sent tick never process a file twice;
 `failure_logs` parses and redacts one file (nothing unredacted is ever stored), then takes the raw file out of
-the inbox (deleted, or moved to the quarantine); `failure_tasks` turns every stored failure into a candidate
-task when a verifier can be derived from it, or into a `review_queue` item.
+the inbox (deleted, or moved to the quarantine), keeping a text-free row per interaction in `production_traffic`;
+`failure_rates` reports each model's failure rate with its interval, per night and family; `failure_tasks` turns
+every stored failure into a candidate task when a verifier can be derived from it, or into a `review_queue` item.
 """
 
 import json
@@ -14,13 +15,17 @@ import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import count_table, preview
+from assets.metadata import count_table, markdown_table, preview
+from assets.plots import interval_chart
 from failures import RECORD_FIELDS, derive_failure_tasks, process_failure_log
+from failures.traffic import ALL, RATE_COLUMNS, TRAFFIC_COLUMNS, rate_table, rate_text, traffic_rows
 from pipeline.resources import FailureInbox, SeedRepository
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
 failure_files = dg.DynamicPartitionsDefinition(name="failure_files")
+# What one log file's run materializes (the outputs of `failure_logs`): the sensor's runs, `failures ingest`.
+LOG_ASSETS = ("failure_logs", "production_traffic", "failure_rejects")
 REJECT_COLUMNS = ("source", "line", "reason_code", "reason", "raw")
 REVIEW_COLUMNS = (
     "failure_id", "origin", "family", "reason_code", "reason", "messages", "tools", "output", "error",
@@ -41,13 +46,16 @@ class FailureLogSource(dg.Config):
     partitions_def=failure_files,
     outs={
         "failure_logs": dg.AssetOut(description="One redacted record per failed interaction in the log file."),
+        "production_traffic": dg.AssetOut(
+            description="One row per interaction in the log file (model, family, outcome), without its text."
+        ),
         "failure_rejects": dg.AssetOut(description="Lines of the log file that could not be read, with the fix."),
     },
 )
 def failure_logs(
     context: dg.AssetExecutionContext, config: FailureLogSource, inbox: FailureInbox, seeds: SeedRepository
 ):
-    """Parse one failure log, redact every record before anything is stored, then take the raw log out of the inbox."""
+    """Parse one log, redact every record before anything is stored, then take the raw log out of the inbox."""
     name = context.partition_key
     if config.path and Path(config.path).name != name:
         raise ValueError(
@@ -58,14 +66,26 @@ def failure_logs(
     stamp = None if config.path else inbox.stamp(name)
     with open(config.path, "rb") if config.path else inbox.open(name) as lines:
         batch = process_failure_log(lines, name, context=seeds.verify_context())
-    records = frame_from_records(batch.records, (*RECORD_FIELDS, "redaction"))
+    records = frame_from_records(batch.failures, (*RECORD_FIELDS, "redaction"))
+    traffic = pd.DataFrame(traffic_rows(batch.records, name), columns=TRAFFIC_COLUMNS)
     rejects = pd.DataFrame([vars(r) for r in batch.rejects], columns=REJECT_COLUMNS)
+    yield dg.Output(
+        traffic,
+        output_name="production_traffic",
+        metadata={
+            "file": name,
+            "interactions": len(traffic),
+            "outcomes": count_table(traffic["outcome"], "outcome") if len(traffic) else "none",
+            "models": count_table(traffic["model"], "model") if len(traffic) else "none",
+        },
+    )
     yield dg.Output(
         records,
         output_name="failure_logs",
         metadata={
             "file": name,
             "records": len(records),
+            "interactions": len(traffic),
             "rejected_lines": len(rejects),
             # Counts by kind, never the values.
             "redacted": dg.MetadataValue.json(dict(batch.redaction.counts)),
@@ -86,6 +106,68 @@ def failure_logs(
         )
 
 
+@dg.asset(
+    group_name=groups.FAILURES,
+    ins={"production_traffic": dg.AssetIn("production_traffic", partition_mapping=dg.AllPartitionMapping())},
+)
+def failure_rates(context: dg.AssetExecutionContext, production_traffic) -> dg.MaterializeResult:
+    """Each model's failure rate with a 95% Wilson interval, per night (log file) and family, and over all nights."""
+    files = _by_file(production_traffic)
+    rows = [row for _, frame in sorted(files.items()) for row in records_from_frame(frame)]
+    rates = pd.DataFrame(rate_table(rows), columns=RATE_COLUMNS)
+    overall = rates[rates["family"] == ALL]
+    nights = overall[overall["night"] > 0]
+    models = list(dict.fromkeys(nights["model"]))
+    night_numbers = sorted(set(nights["night"]))
+    by_night = {(r["model"], r["night"]): r for r in records_from_frame(nights)}
+    series = {model: [_interval(by_night.get((model, night))) for night in night_numbers] for model in models}
+    per_model = records_from_frame(overall[overall["night"] == 0])
+    context.log.info(
+        "; ".join(f"{r['model']}: {rate_text(r)} over {r['served']} interactions" for r in per_model) or "no traffic"
+    )
+    return dg.MaterializeResult(
+        value=rates,
+        metadata={
+            "interactions": len(rows),
+            "nights": len(night_numbers),
+            "models": len(models),
+            "per_model": dg.MetadataValue.md(
+                markdown_table([{**r, "failure_rate": rate_text(r)} for r in per_model], _SHOWN_COLUMNS)
+            ),
+            "per_night": dg.MetadataValue.md(
+                markdown_table(
+                    [{**r, "failure_rate": rate_text(r)} for r in records_from_frame(nights)],
+                    ("night", "log", *_SHOWN_COLUMNS),
+                )
+            ),
+            "failure_rate_plot": interval_chart(
+                night_numbers,
+                series,
+                title="failure rate per night (95% interval)",
+                xlabel="night",
+                ylabel="failure rate",
+            )
+            if night_numbers
+            else "no traffic yet",
+            **{f"{r['model']}/failure_rate": r["failure_rate"] for r in per_model if r["failure_rate"] is not None},
+        },
+    )
+
+
+_SHOWN_COLUMNS = ("model", "served", "failed", "unknown", "failure_rate")
+
+
+def _interval(row: dict | None) -> tuple[float, float, float] | None:
+    if row is None or row["failure_rate"] is None:
+        return None
+    return row["failure_rate"], row["failure_rate_low"], row["failure_rate_high"]
+
+
+def _by_file(tables) -> dict[str, pd.DataFrame]:
+    """The IO manager gives one DataFrame per file, a bare DataFrame for a single file, and None for none yet."""
+    return tables if isinstance(tables, dict) else {} if tables is None else {"": tables}
+
+
 @dg.multi_asset(
     group_name=groups.FAILURES,
     ins={"failure_logs": dg.AssetIn("failure_logs", partition_mapping=dg.AllPartitionMapping())},
@@ -98,8 +180,7 @@ def failure_logs(
 )
 def failure_tasks(failure_logs, seeds: SeedRepository):
     """Every stored failure becomes a task (verifier from its expected outcome) or a review item."""
-    # The IO manager gives one DataFrame per file, a bare DataFrame for a single file, and None for none yet.
-    files = failure_logs if isinstance(failure_logs, dict) else {} if failure_logs is None else {"": failure_logs}
+    files = _by_file(failure_logs)
     records = [record for _, frame in sorted(files.items()) for record in records_from_frame(frame)]
     tasks, review = derive_failure_tasks(records, context=seeds.verify_context())
     task_frame = frame_from_records(tasks, TASK_FIELDS)
@@ -130,7 +211,7 @@ def build_failure_inbox(running: bool) -> dg.SensorDefinition:
 
     @dg.sensor(
         name="failure_inbox",
-        asset_selection=dg.AssetSelection.assets("failure_logs", "failure_rejects"),
+        asset_selection=dg.AssetSelection.assets(*LOG_ASSETS),
         minimum_interval_seconds=60,
         default_status=dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED,
         description="A partition and a run per new or changed failure log in the inbox.",

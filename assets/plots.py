@@ -63,3 +63,30 @@ def line_chart(
     if len(series) > 1:
         axes.legend(fontsize="small")
     return _markdown(figure, title)
+
+
+def interval_chart(
+    x: Sequence[int],
+    series: Mapping[str, Sequence[tuple[float, float, float] | None]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> dg.MetadataValue:
+    """Points with error bars over a shared x axis (e.g. a failure rate and its interval per night, one series per
+    model); each value is `(estimate, low, high)`, or None where the series has no point."""
+    figure, axes = plt.subplots(figsize=FIGSIZE)
+    for i, (name, values) in enumerate(series.items()):
+        shift = (i - (len(series) - 1) / 2) * 0.08  # series side by side, so overlapping intervals stay readable
+        points = [(at + shift, *value) for at, value in zip(x, values, strict=True) if value is not None]
+        xs, mids, lows, highs = zip(*points, strict=True) if points else ((), (), (), ())
+        errors = [
+            [m - lo for m, lo in zip(mids, lows, strict=True)],
+            [h - m for m, h in zip(mids, highs, strict=True)],
+        ]
+        axes.errorbar(xs, mids, yerr=errors, marker="o", capsize=3, label=name)
+    axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    axes.set_xticks(list(x))
+    if len(series) > 1:
+        axes.legend(fontsize="small")
+    return _markdown(figure, title)

@@ -1,4 +1,5 @@
-"""Production failure logs become tasks: parse JSONL logs, redact PII and secrets, derive tasks or review items.
+"""Production logs become tasks: parse JSONL traffic and failure logs, redact PII and secrets, count every
+interaction per model (`failures.traffic`), derive tasks or review items from the failures.
 
 ```
 failure log (JSONL) --parse_failure_log--> records + rejects --redact--> redacted records
@@ -9,7 +10,9 @@ failure log (JSONL) --parse_failure_log--> records + rejects --redact--> redacte
 
 ## The failure-log format
 
-JSONL, one failed interaction per line (UTF-8, at most `ParseLimits.max_line_bytes`, blank lines skipped):
+JSONL, one interaction per line (UTF-8, at most `ParseLimits.max_line_bytes`, blank lines skipped). A traffic
+log holds every interaction and says which model served each and how it went (`model`, `outcome`); a failure
+log holds failures only, and may leave both out:
 
 | field | type | required | meaning |
 | --- | --- | --- | --- |
@@ -25,6 +28,8 @@ JSONL, one failed interaction per line (UTF-8, at most `ParseLimits.max_line_byt
 | `user_correction` | string | no | what the user said was wrong, or the right answer in their words |
 | `expected` | object | no | the expected outcome, the verifier's gold data (below) |
 | `tags` | list of strings | no | free labels, carried to the task |
+| `model` | string | no | the model or version that served it (chat completion: the response's `model`) |
+| `outcome` | string | no | `passed`/`failed` (a verdict), `corrected` (by a user), `unknown`; `failed` if absent |
 
 A message has `role` (`system`, `developer`, `user`, `assistant`, `tool` or `function`), `content` and
 optionally `tool_calls`, `tool_call_id` and `name`. `content` is a string, null, or
@@ -51,6 +56,10 @@ Two common transcript shapes are accepted as well and normalised into the same r
 The native fields above may sit beside either shape at the top level (an `expected` added by a reviewer, say).
 
 ## The normalised record
+
+Only `failed` and `corrected` interactions are failures (`failures.traffic.is_failure`): they alone go on to
+tasks and review. Every interaction, failed or not, becomes a text-free traffic row (`traffic_rows`) that the
+failure rates per model, night and family are counted from (`rate_table`, Wilson intervals).
 
 `RECORD_FIELDS`: the fields above (`output` as `{text, tool_calls}` or null, `tools`/`tool_results`/`tags` as
 lists, absent optionals as null), plus `origin` (`<log name>:<line>`) and `format`. `redact` adds
@@ -82,6 +91,7 @@ from failures.derive import (
 from failures.log import (
     EXPECTED_FIELDS,
     FORMATS,
+    OUTCOMES,
     RECORD_FIELDS,
     FailureReject,
     ParsedLog,
@@ -100,12 +110,14 @@ from failures.redaction import (
     redact_text,
     shannon_entropy,
 )
+from failures.traffic import rate_table, traffic_rows, wilson_interval
 
 __all__ = [
     "EXPECTED_FIELDS",
     "FAMILY_VERIFIERS",
     "FORMATS",
     "KINDS",
+    "OUTCOMES",
     "RECORD_FIELDS",
     "UNKNOWN_FAMILY",
     "Derived",
@@ -128,8 +140,11 @@ __all__ = [
     "looks_random",
     "parse_failure_log",
     "process_failure_log",
+    "rate_table",
     "redact",
     "redact_text",
     "seed_stub",
     "shannon_entropy",
+    "traffic_rows",
+    "wilson_interval",
 ]

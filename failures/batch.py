@@ -10,18 +10,25 @@ from typing import Any
 from failures.derive import failure_task
 from failures.log import FailureReject, ParseLimits, parse_failure_log
 from failures.redaction import RedactionConfig, RedactionReport, redact
+from failures.traffic import is_failure
 from validators.registry import VerifyContext
 
 
 @dataclass
 class FailureBatch:
-    """Everything one log produced: redacted records, rejects, candidate tasks, review items, redaction counts."""
+    """Everything one log produced: redacted records (every interaction, failed or not), rejects, candidate tasks
+    and review items (from the failures), redaction counts."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
     rejects: list[FailureReject] = field(default_factory=list)
     tasks: list[dict[str, Any]] = field(default_factory=list)
     review: list[dict[str, Any]] = field(default_factory=list)
     redaction: RedactionReport = field(default_factory=RedactionReport)
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """The records that are failures (`failures.traffic.is_failure`): what goes on to tasks and review."""
+        return [record for record in self.records if is_failure(record)]
 
     def summary(self) -> dict[str, Any]:
         """Counts for materialization metadata: `records`, `rejects`, `tasks`, `review`, `redacted` (by kind).
@@ -47,7 +54,7 @@ def process_failure_log(
     limits: ParseLimits | None = None,
     context: VerifyContext | None = None,
 ) -> FailureBatch:
-    """Parse a failure log, redact each record, and derive a task or a review item from each.
+    """Parse a failure (or traffic) log, redact each record, and derive a task or a review item from each failure.
 
     Nothing unredacted leaves this function: records are redacted before derivation, and reject rows carry a
     redacted preview only.
@@ -74,6 +81,8 @@ def process_failure_log(
         record, report = redact(raw, redaction)
         batch.records.append(record)
         batch.redaction += report
+        if not is_failure(record):
+            continue  # a success or an unknown outcome is traffic, not a failure to learn from
         derived = failure_task(record, context=context)
         if derived.task is not None:
             batch.tasks.append(derived.task)

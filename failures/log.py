@@ -52,7 +52,13 @@ RECORD_FIELDS = (
     "user_correction",
     "expected",
     "tags",
+    "model",
+    "outcome",
 )
+# What came of an interaction: a verifier's verdict (`passed`, `failed`), a user's correction (`corrected`), or
+# nothing known (`unknown`). A line without one is a failure: the format began as a log of failures only.
+OUTCOMES = ("passed", "failed", "corrected", "unknown")
+FAILED_OUTCOMES = ("failed", "corrected")
 EXPECTED_FIELDS = (
     "answer",
     "tool_call",
@@ -408,6 +414,8 @@ def _normalise(raw: dict[str, Any], origin: str) -> dict[str, Any]:
         "user_correction": _optional_text(raw.get("user_correction"), "/user_correction"),
         "expected": _expected(raw.get("expected")),
         "tags": _tags(raw.get("tags")),
+        "model": _model(raw.get("model"), source),
+        "outcome": _outcome(raw.get("outcome")),
     }
 
 
@@ -597,6 +605,28 @@ def _family(value: Any) -> str | None:
     if not _FAMILY.match(family):
         raise _LineError("bad_value", "/family", f"family {_shown(repr(value))} is not a family name", fix)
     return family
+
+
+def _model(value: Any, source: Mapping[str, Any]) -> str | None:
+    """The model or version that served the interaction: `model`, else the Chat Completions request's model."""
+    if value is None:
+        return source.get("model") if isinstance(source.get("model"), str) else None
+    fix = 'log the serving model or version as text, e.g. "support-agent@2026-12-01"'
+    _expect(value, str, "/model", "model must be a string", fix)
+    if not 0 < len(value) <= 200 or not value.isprintable():
+        raise _LineError("bad_value", "/model", "model must be 1-200 printable characters", fix)
+    return value
+
+
+def _outcome(value: Any) -> str:
+    """One of `OUTCOMES`; `failed` when absent (a failure log's lines are failures)."""
+    if value is None:
+        return "failed"
+    fix = f"use one of {', '.join(OUTCOMES)} (unknown when nothing checked the answer)"
+    _expect(value, str, "/outcome", "outcome must be a string", fix)
+    if value not in OUTCOMES:
+        raise _LineError("bad_value", "/outcome", f"outcome {_shown(repr(value))} is not an outcome", fix)
+    return value
 
 
 def _error(value: Any, pointer: str) -> str:

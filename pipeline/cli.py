@@ -496,11 +496,12 @@ def failures() -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
 def failures_ingest(files: tuple[Path, ...], home: Path | None) -> None:
-    """Materialize failure logs (JSONL) now, as the inbox sensor would: only their redacted records are stored.
+    """Materialize traffic or failure logs (JSONL) now, as the inbox sensor would: only redacted records are stored.
 
     A log is read where it is and left there (no copy is made); a log already in the inbox is taken out of it once
     its records are stored, as the sensor's runs do.
     """
+    from assets.failures import LOG_ASSETS
     from pipeline.runs import materialize
 
     settings = Settings.from_env(home=home)
@@ -508,27 +509,34 @@ def failures_ingest(files: tuple[Path, ...], home: Path | None) -> None:
     failed = False
     for source in files:
         if source.suffix != ".jsonl":
-            raise click.UsageError(f"{source}: a failure log is a .jsonl file (one failed interaction per line)")
+            raise click.UsageError(f"{source}: a traffic or failure log is a .jsonl file (one interaction per line)")
         read_from = {} if source.resolve().parent == inbox else {"failure_logs": {"path": str(source.resolve())}}
         summary = materialize(
-            settings, "key:failure_logs or key:failure_rejects", partition=source.name, ops=read_from
+            settings,
+            " or ".join(f"key:{key}" for key in LOG_ASSETS),
+            partition=source.name,
+            ops=read_from,
         )
         numbers = {a.key: a.metadata for a in summary.assets}
         logs = numbers.get("failure_logs", {})
         click.echo(
-            f"{source.name}: {logs.get('records', 0)} records, {logs.get('rejected_lines', 0)} rejected lines, "
+            f"{source.name}: {logs.get('interactions', 0)} interactions, {logs.get('records', 0)} failures, "
+            f"{logs.get('rejected_lines', 0)} rejected lines, "
             f"redacted {json.dumps(logs.get('redacted', {}), sort_keys=True)}"
         )
         rejects = next((a.path for a in summary.assets if a.key == "failure_rejects"), None)
         if rejects is not None and logs.get("rejected_lines"):
             _echo_rejects(source, rejects)
-            if not logs.get("records"):
+            if not logs.get("interactions"):
                 failed = True
                 click.echo(f"no line of {source} could be read: nothing was ingested from it", err=True)
         for failure in summary.failures:
             failed = True
             click.echo(f"step failed: {failure}", err=True)
-    click.echo("Tasks and the review queue follow on the next regeneration, or: seedwheel run --select group:failures")
+    click.echo(
+        "Failure rates, tasks and the review queue follow on the next regeneration, or: "
+        "seedwheel run --select group:failures"
+    )
     if failed:
         sys.exit(1)
 

@@ -20,7 +20,7 @@ flywheel_job = dg.define_asset_job(
 # The failure logs are partitioned per file and materialized by the inbox sensor, not by the nightly run.
 REGENERATION = dg.AssetSelection.groups(
     groups.SEEDS, groups.FAILURES, groups.GENERATION, groups.CURATION, groups.JUDGING
-) - dg.AssetSelection.assets("failure_logs", "failure_rejects")
+) - dg.AssetSelection.assets(*failures.LOG_ASSETS)
 regeneration_job = dg.define_asset_job(
     "regeneration_job",
     selection=REGENERATION,

@@ -8,6 +8,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 
+from assets.failures import LOG_ASSETS as LOG_OUTPUTS
 from core.signals import dispositions_kept
 from failures import process_failure_log
 from pipeline.cli import main
@@ -21,7 +22,7 @@ from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
 
 EXAMPLE = REPO / "examples" / "failure_log.jsonl"
-LOG_ASSETS = "key:failure_logs or key:failure_rejects"
+LOG_ASSETS = " or ".join(f"key:{key}" for key in LOG_OUTPUTS)
 PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
 # One value per redaction rule (failures/redaction.py); none may reach a stored asset, the run log,
 # metadata or the CLI's output. Names are left out: they are redacted only by a NameDetector, which the pipeline
@@ -116,7 +117,7 @@ def assert_no_planted_value_kept(settings) -> None:
 def test_ingest_redacts_stores_per_file_and_keeps_bad_lines_with_their_number(settings):
     result = ingest(settings, EXAMPLE)
     assert result.exit_code == 0, result.output
-    assert "failure_log.jsonl: 10 records, 1 rejected lines" in result.output
+    assert "failure_log.jsonl: 10 interactions, 10 failures, 1 rejected lines" in result.output
     logs = read_table(settings.home / "failure_logs" / "failure_log.jsonl.parquet")
     rejects = read_table(settings.home / "failure_rejects" / "failure_log.jsonl.parquet")
     assert len(logs) == 10 and logs["failure_id"].is_unique
@@ -141,7 +142,7 @@ def test_a_log_whose_every_line_is_rejected_fails_and_says_where_and_why(setting
     log.write_text('{"messages": "not a list"}\n{not json\n')
     result = ingest(settings, log)
     assert result.exit_code == 1, result.output
-    assert "broken.jsonl: 0 records, 2 rejected lines" in result.output
+    assert "broken.jsonl: 0 interactions, 0 failures, 2 rejected lines" in result.output
     assert f"{log}:1: " in result.output and f"{log}:2: " in result.output
     table = settings.home / "failure_rejects" / "broken.jsonl.parquet"
     assert f"every rejected line, with its reason: {table}" in result.output
@@ -161,7 +162,7 @@ def test_no_planted_value_is_kept_anywhere_by_ingest_or_the_inbox(settings, tmp_
     original = user_log.read_bytes()
     result = ingest(settings, user_log)
     assert result.exit_code == 0, result.output
-    assert "planted.jsonl: 2 records, 2 rejected lines" in result.output
+    assert "planted.jsonl: 2 interactions, 2 failures, 2 rejected lines" in result.output
     assert f"{user_log}:4: " in result.output  # the rejected lines, their (redacted) reasons printed too
     assert user_log.read_bytes() == original  # read in place, left as it was
     inbox = Path(settings.failure_inbox)
@@ -291,5 +292,44 @@ def test_ingesting_a_log_already_in_the_inbox_takes_it_out_as_the_sensor_would(s
     log = drop(settings)
     result = ingest(settings, log)
     assert result.exit_code == 0, result.output
-    assert "a.jsonl: 10 records" in result.output
+    assert "a.jsonl: 10 interactions, 10 failures" in result.output
     assert not log.exists()
+
+
+def traffic_line(i: int, model: str, outcome: str, night: int) -> str:
+    return json.dumps(
+        {
+            "messages": [{"role": "user", "content": f"What is {i} + {i}?"}],
+            "output": str(2 * i if outcome == "passed" else i),
+            "model": model,
+            "outcome": outcome,
+            "timestamp": f"2026-12-0{night}T02:00:00Z",
+            "expected": {"answer": 2 * i},
+        }
+    )
+
+
+def test_a_traffic_log_is_counted_per_model_and_only_its_failures_become_tasks(settings, tmp_path):
+    nights = {
+        "night1.jsonl": [traffic_line(i, "v1", "failed" if i < 6 else "passed", 1) for i in range(10)],
+        "night2.jsonl": [traffic_line(i, "v2", "failed" if i < 12 else "passed", 2) for i in range(10, 20)]
+        + [traffic_line(99, "v2", "unknown", 2)],
+    }
+    for name, text in nights.items():
+        (tmp_path / name).write_text("\n".join(text) + "\n")
+        result = ingest(settings, tmp_path / name)
+        assert result.exit_code == 0, result.output
+    assert "night2.jsonl: 11 interactions, 2 failures" in result.output
+    assert len(read_table(settings.home / "failure_logs" / "night1.jsonl.parquet")) == 6
+
+    summary = materialize(settings, "group:failures")
+    assert summary.success, summary.failures
+    rates = read_table(settings.home / "failure_rates.parquet")
+    overall = rates[rates["family"] == "all"].set_index(["night", "model"])
+    assert overall.loc[(1, "v1"), "failure_rate"] == 0.6 and overall.loc[(2, "v2"), "failure_rate"] == 0.2
+    assert overall.loc[(2, "v2"), "unknown"] == 1
+    assert len(read_table(settings.home / "failure_tasks.parquet")) == 8  # the failures only
+    metadata = next(a.metadata for a in summary.assets if a.key == "failure_rates")
+    assert metadata["nights"] == 2 and metadata["v2/failure_rate"] == 0.2
+    assert metadata["failure_rate_plot"].startswith("![failure rate per night")
+    assert "0.60 [0.31, 0.83]" in metadata["per_night"]  # 6 of 10, with its Wilson interval

@@ -130,6 +130,18 @@ def test_content_parts_and_tool_calls_are_normalised():
     ]
 
 
+def test_traffic_fields_model_and_outcome():
+    # A traffic line names its model and outcome; a line without an outcome is a failure (a failure log's lines).
+    assert parse_one(line(messages=[USER], output="42", model="agent@v2", outcome="passed"))["outcome"] == "passed"
+    plain = parse_one(line(messages=[USER], output="41"))
+    assert (plain["model"], plain["outcome"]) == (None, "failed")
+    # A Chat Completions log's model is the one the response names (what served it), else the request's.
+    request = {"model": "agent", "messages": [USER]}
+    served = parse_one(line(request=request, response={"model": "agent-2026-12-01", "choices": []}, outcome="unknown"))
+    assert (served["model"], served["outcome"]) == ("agent-2026-12-01", "unknown")
+    assert parse_one(line(request=request))["model"] == "agent"
+
+
 def test_unix_timestamp_becomes_iso():
     assert parse_one(line(messages=[USER], output="x", timestamp=0))["timestamp"] == "1970-01-01T00:00:00Z"
 
@@ -186,6 +198,12 @@ BAD_LINES = [
     ("[" * 200_000, "too_deep", "64 levels"),
     # a failure_id that is not printable
     (line(messages=[USER], failure_id="a\nb"), "bad_value", "/failure_id"),
+    # an outcome that is none of the four
+    (line(messages=[USER], output="x", outcome="ok"), "bad_value", "/outcome"),
+    # an outcome as a boolean
+    (line(messages=[USER], output="x", outcome=True), "wrong_type", "/outcome"),
+    # a model that is not a string
+    (line(messages=[USER], output="x", model=2), "wrong_type", "/model"),
 ]
 
 

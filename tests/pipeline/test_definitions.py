@@ -19,7 +19,16 @@ ASSETS = {
     *("deduplicated_tasks", "judge_calibration", "judged_tasks", "train_tasks", "eval_tasks"),
     *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
     *("training_budget", "budget_calibration", "episodes"),
-    *("failure_logs", "failure_rejects", "failure_tasks", "review_queue", "failure_eval", "preference_pairs"),
+    *(
+        "failure_logs",
+        "production_traffic",
+        "failure_rates",
+        "failure_rejects",
+        "failure_tasks",
+        "review_queue",
+        "failure_eval",
+        "preference_pairs",
+    ),
 }
 CHECKS = {
     ("seed_rejects", "seed_files_clean"),
@@ -101,7 +110,8 @@ def test_the_nightly_schedule_regenerates_data_without_training(settings):
     keys = {key.to_user_string() for key in job.asset_layer.selected_asset_keys}
     assert {"seed_tasks", "judged_tasks", "train_tasks", "eval_tasks"} <= keys
     assert not keys & {"reward_audit", "sft_checkpoint", "grpo_checkpoint", "checkpoint_eval", "promotion"}
-    assert "failure_tasks" in keys and "failure_logs" not in keys  # per-file partitions come from the sensor
+    assert {"failure_tasks", "failure_rates"} <= keys
+    assert not keys & {"failure_logs", "production_traffic"}  # per-file partitions come from the sensor
     assert job.tags[EXCLUSIVE_TAG] == "regeneration"  # the run queue holds a second overlapping regeneration
     # Every tick starts a run (no run key that would de-duplicate a night away), tagged with its schedule.
     assert request.run_key is None
