@@ -228,6 +228,47 @@ def failure_task(record: Mapping[str, Any], *, context: VerifyContext | None = N
     return Derived(task=task)
 
 
+def failure_fields(task: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a log line needs beside its conversation for `failure_task` to derive `task`'s verifier again: the
+    `expected` outcome and, for a tool call, the `tools` offered; None when the verifier cannot be logged so.
+
+    The inverse of the table above, checked by deriving the verifier back: a task whose params the derivation
+    would not reproduce exactly (an extra param, several text answers, an episode) gives None. A stand-in app
+    logs its traffic with these fields, as a team's app would log the gold data it knows.
+
+    Example:
+        >>> failure_fields({"verifier": {"name": "numeric_answer", "params": {"answer": 42}}})
+        {'expected': {'answer': 42}, 'tools': []}
+    """
+    name, params = task["verifier"]["name"], task["verifier"]["params"]
+    tools: list[dict[str, Any]] = []
+    expected: dict[str, Any]
+    if name == "numeric_answer":
+        expected = {"answer": params.get("answer")}
+    elif name == "text_answer" and len(params.get("answers") or ()) == 1:
+        expected = {"answer": params["answers"][0]}
+    elif name == "tool_call":
+        expected, tools = {"tool_call": params.get("expected")}, list(params.get("tools") or ())
+    elif name == "sql_result":
+        expected = {
+            "sql": params.get("gold_query"),
+            "database": params.get("database"),
+            "ordered": params.get("ordered"),
+        }
+    elif name == "python_tests":
+        expected = {"tests": params.get("tests"), "entry_point": params.get("entry_point")}
+    elif name == "json_schema":
+        expected = {"output_schema": params.get("schema"), "output": params.get("expected")}
+    else:
+        return None
+    expected = {key: value for key, value in expected.items() if value is not None}
+    try:
+        spec = _spec({"expected": expected, "tools": tools})
+    except _NoVerifier:
+        return None
+    return {"expected": expected, "tools": tools} if (spec.name, spec.params) == (name, dict(params)) else None
+
+
 # --- the verifier ------------------------------------------------------------------------------------------------
 
 

@@ -9,9 +9,11 @@ from curation.splits import SplitConfig, assign_splits, task_roots
 from failures import (
     Derived,
     UnredactedRecordError,
+    failure_fields,
     failure_task,
     infer_family,
     parse_failure_log,
+    process_failure_log,
     redact,
 )
 from generators.base import derive_task
@@ -359,3 +361,26 @@ def test_failure_and_its_variants_split_together():
 
 def test_derived_is_one_or_the_other():
     assert Derived(task={"task_id": "x"}).is_task and not Derived(review={"failure_id": "f"}).is_task
+
+
+def test_failure_fields_log_a_seed_so_that_its_failure_derives_the_same_task():
+    """A stand-in app logs each request with failure_fields: the failure it logs is the task it served."""
+    seeds = load_seeds([SEEDS], root=SEEDS.parent, context=CONTEXT).tasks
+    logged = 0
+    for seed in seeds:
+        fields = failure_fields(seed)
+        if fields is None:
+            assert seed["family"] in ("episode", "tool_call"), seed["task_id"]  # episodes; tools not loggable as given
+            continue
+        line = json.dumps({"messages": seed["prompt"], "output": "no", "outcome": "failed", **fields})
+        batch = process_failure_log([line], context=CONTEXT)
+        if batch.redaction.counts or not batch.tasks:
+            # Redaction comes first (an email in a tool call's arguments no longer fits its pattern), and a seed's
+            # partial expected object is no whole output to be a reference: such failures go to review.
+            assert batch.tasks or batch.review[0]["reason_code"] == "invalid_task", seed["task_id"]
+            continue
+        [task] = batch.tasks
+        assert task["verifier"] == seed["verifier"], seed["task_id"]
+        assert task["prompt"] == seed["prompt"] and task["task_id"] == seed["task_id"]
+        logged += 1
+    assert logged >= 0.7 * len([s for s in seeds if s["family"] != "episode"]), logged

@@ -54,7 +54,11 @@ def test_no_selection_is_every_unpartitioned_asset(defs):
 
 
 def test_a_partition_keeps_the_partitioned_assets_of_a_list(defs):
-    assert names(defs, "seed_tasks,failure_logs", partition="a.jsonl") == {"failure_logs", "failure_rejects"}
+    assert names(defs, "seed_tasks,failure_logs", partition="a.jsonl") == {
+        "failure_logs",
+        "production_traffic",
+        "failure_rejects",
+    }
 
 
 @pytest.mark.parametrize(
