@@ -83,6 +83,12 @@ def merge_shards(
     cache_hits = sum(row["cache_hits"] for row in shards)
     good, rejects = split_checked(variants, problems)
     tasks = pd.concat([seed_tasks[list(TASK_FIELDS)], frame_from_records(good, TASK_FIELDS)], ignore_index=True)
+    # The same task reached twice (a production failure asking a seed's exact question, a variant equal to a failure
+    # task) is one task: the first kept, seeds before failure tasks before variants, so keys stay unique downstream.
+    repeated = tasks["task_id"].duplicated()
+    for task_id in tasks.loc[repeated, "task_id"].head(20):
+        context.log.info(f"task {task_id} reached validation twice (the same prompt and verifier): kept once")
+    tasks = tasks[~repeated].reset_index(drop=True)
     reject_frame = frame_from_records(rejects, TASK_REJECT_COLUMNS)
     by_family = validity_rates(pd.Series([v["family"] for v in variants]), reject_frame["family"])
     by_generator = validity_rates(pd.Series([task_generator(v) for v in variants]), reject_frame["generator"])
@@ -96,6 +102,7 @@ def merge_shards(
             "seeds": len(seed_tasks),
             "variants_checked": len(variants),
             "variants_rejected": len(rejects),
+            "repeated_tasks": int(repeated.sum()),
             "cache_hits": cache_hits,
             "cache_misses": len(variants) - cache_hits,  # checked now: new, changed, or not cacheable
             "cache_rebuilt": any(row["cache_rebuilt"] for row in shards),
