@@ -7,7 +7,7 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
-from curation.curate import index_tasks, task_text
+from curation.curate import index_tasks, near_copy_roots, task_text
 from curation.dedup import near_duplicate_pairs
 from curation.manifests import checkpoint_leaks, trained_tasks
 from curation.splits import lineage_leaks
@@ -48,8 +48,9 @@ def split_tasks(
     """
     kept = judge.kept(judged_tasks)
     # LLM text that neither its current checks nor a judge whose labels are in use vouches for is held back.
+    candidates = records_from_frame(kept)
     vouching = vouch(
-        records_from_frame(kept),
+        candidates,
         judged_tasks.loc[kept.index, "judge_verdict"].tolist(),
         current_checks=LLM_CHECKS,
         judge_vouches=judge.use_labels == "accepted",
@@ -57,19 +58,27 @@ def split_tasks(
     for row in vouching.held_back:
         context.log.warning(f"held back {row['task_id']} ({row['family']}, {row['generator']}): {row['reason']}.")
     kept = kept[vouching.kept]
+    records = [record for record, vouched in zip(candidates, vouching.kept, strict=True) if vouched]
     held_back = frame_from_records(vouching.held_back, HELD_BACK_COLUMNS)
-    entry = storage.split_ledger().assign(kept, policy.split_config(), run_id=context.run.run_id)
+    ledger = storage.split_ledger()
+    # A production failure that near-copies another root's task takes that root's side (else it could train on an
+    # eval item's twin, and the contamination check would stop the run).
+    follows = near_copy_roots(records, policy.minhash_config(), known=ledger.state().sides)
+    entry = ledger.assign(kept, policy.split_config(), run_id=context.run.run_id, follows=follows)
     for note in entry.notes:
         context.log.warning(f"split: {note}")
     plan, state = entry.plan, entry.state
+    for root, leader in plan.followed.items():
+        context.log.info(f"split: failure root {root} near-copies a task of {leader}: it takes its side")
     with policy.dedup_index(storage) as index:
-        added = index_tasks(records_from_frame(kept), index)  # a rerun after a crash finds them known: idempotent
+        added = index_tasks(records, index)  # a rerun after a crash finds them known: idempotent
     sides = pd.Series(plan.splits, index=kept.index)
     split_numbers: dict[str, Any] = {
         "split_plan": state.seq,
         "split_epoch": state.epoch,
         "split_plan_id": state.plan_id,
         "new_roots": len(entry.new_roots),
+        "followed_roots": len(plan.followed),
         "ledger_roots": len(state.sides),
         "dedup_index_rows_added": added,
         "dedup_index_rows": len(index),

@@ -20,7 +20,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from curation.dedup import DedupIndex, DedupLabel, MinHashConfig, label_duplicates
+from curation.dedup import DedupIndex, DedupLabel, MinHashConfig, label_duplicates, near_duplicate_pairs
+from curation.splits import lineage_ids, task_roots
 from validators.tasks import canonical_json
 
 
@@ -93,3 +94,62 @@ def index_tasks(tasks: Sequence[Mapping[str, Any]], index: DedupIndex) -> int:
     fresh = [i for i, seen in enumerate(known) if not seen]
     index.stage_texts([keys[i] for i in fresh], [task_text(tasks[i]) for i in fresh])
     return index.commit()
+
+
+def near_copy_roots(
+    tasks: Sequence[Mapping[str, Any]], config: MinHashConfig, known: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Production-failure roots that are near-copies of another root's task -> the root whose side they must take.
+
+    A failure no seed explains is its own lineage root, so a user asking a seed's question with other numbers
+    would be split on its own and could land in training while the seed's variants are held out (the contamination
+    check then stops the run). Roots joined by near-duplicate texts (MinHash at `config`, gold ignored: a near-copy
+    with another answer still teaches the eval item) form groups; each failure root follows its group's leader:
+    a root with a side already (`known`), else a seed root, else the smallest root id.
+
+    Args:
+        tasks: task records of one split (any mix of seeds, variants, failures).
+        config: the MinHash settings (the dedup and contamination check's own).
+        known: root -> side from earlier splits; such roots lead, and never follow.
+
+    Returns:
+        failure root -> leader, for failure roots in a group with another root and not in `known`.
+
+    Example:
+        >>> def task(task_id, apples, lineage):
+        ...     text = f"Ann has {apples} apples and buys 4 more at the market. How many apples does she have now?"
+        ...     return {"task_id": task_id, "prompt": [{"role": "user", "content": text}], "lineage": lineage}
+        >>> seed, failure = task("s", 3, {"seed_id": "s"}), task("f", 5, {"failure_id": "f1"})
+        >>> near_copy_roots([seed, failure], MinHashConfig(threshold=0.5))
+        {'f1': 's'}
+    """
+    known = known or {}
+    roots = task_roots(tasks)
+    failures = {r for r, t in zip(roots, tasks, strict=True) if "seed_id" not in lineage_ids(t)}
+    failures -= {r for r, t in zip(roots, tasks, strict=True) if "seed_id" in lineage_ids(t)}
+    candidates = [i for i, root in enumerate(roots) if root in failures and root not in known]
+    if not candidates:
+        return {}
+    texts = [task_text(t) for t in tasks]
+    parent = {root: root for root in roots}
+
+    def find(root: str) -> str:
+        while parent[root] != root:
+            parent[root] = parent[parent[root]]
+            root = parent[root]
+        return root
+
+    for i, j, _ in near_duplicate_pairs([texts[i] for i in candidates], texts, config):
+        a, b = find(roots[candidates[i]]), find(roots[j])
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    groups: dict[str, list[str]] = {}
+    for root in dict.fromkeys(roots):
+        groups.setdefault(find(root), []).append(root)
+    follows = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        leader = min(members, key=lambda r: (r not in known, r in failures, r))
+        follows.update({r: leader for r in members if r in failures and r not in known and r != leader})
+    return follows

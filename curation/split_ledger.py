@@ -15,7 +15,8 @@ only the storage of rows and plan records differs, the planning is the same. Wit
 folder (the pipeline passes `<storage root>/splits/`):
 
 ```
-ledger.parquet       one row per assignment: root, side, seq, epoch, how (hash | promoted | demoted | resplit)
+ledger.parquet       one row per assignment: root, side, seq, epoch, how (hash | promoted | demoted | resplit |
+                     follows <root>: a production failure that near-copies that root's task)
 plans/000003.json    one record per plan (seq 3): plan_id, epoch, salt, kind (assign | resplit), run_id, created_at,
                      new_roots, moved roots, note
 .lock                held while a plan is made and written (two runs never assign the same new root twice)
@@ -158,7 +159,11 @@ class SplitLedger:
         return self._state(self.rows(), self.plans(), seq)
 
     def assign(
-        self, tasks: pd.DataFrame | Iterable[Mapping[str, Any]], config: SplitConfig, run_id: str
+        self,
+        tasks: pd.DataFrame | Iterable[Mapping[str, Any]],
+        config: SplitConfig,
+        run_id: str,
+        follows: Mapping[str, str] | None = None,
     ) -> LedgerEntry:
         """Give every root not in the ledger a side and append it; roots already there keep theirs.
 
@@ -169,6 +174,7 @@ class SplitLedger:
             tasks: the night's task records (their roots are planned).
             config: the split settings (fractions and strata apply to new roots).
             run_id: the run that makes the plan, kept in its record.
+            follows: new root -> the root whose side it takes (see `plan_splits`); recorded as how it was placed.
 
         Returns:
             The plan of `tasks`, the state after it, and the new roots.
@@ -186,11 +192,14 @@ class SplitLedger:
                     "new roots use the salt in force; `seedwheel splits resplit --salt ... --yes` applies a new one"
                 )
                 config = dataclasses.replace(config, salt=current.salt)
-            plan = plan_splits(tasks, config, previous=current.sides)
+            plan = plan_splits(tasks, config, previous=current.sides, follows=follows)
             new = {root: side for root, side in plan.sides.items() if root not in current.sides}
             if not new:
                 return LedgerEntry(plan, current, notes=notes)
-            how = {root: plan.guaranteed.get(root, "hash") for root in new}
+            how = {
+                root: f"follows {plan.followed[root]}" if root in plan.followed else plan.guaranteed.get(root, "hash")
+                for root in new
+            }
             state = self._append(rows, current, new, how, config.salt, current.epoch, run_id, "assign", {}, "")
             return LedgerEntry(plan, state, sorted(new), notes=notes)
 
@@ -203,6 +212,7 @@ class SplitLedger:
         run_id: str,
         note: str,
         commit: bool = True,
+        follows: Mapping[str, str] | None = None,
     ) -> LedgerEntry:
         """Recompute every side of `tasks` with `config` (its salt), as a new epoch; `pinned` roots stay train.
 
@@ -214,6 +224,7 @@ class SplitLedger:
             run_id: who or what re-split (kept in the plan record).
             note: why, for the record.
             commit: False computes what would move and writes nothing (the state returned is the current one).
+            follows: root -> the root whose side it takes (see `plan_splits`).
 
         Returns:
             The plan, the new state, the roots assigned for the first time, and every moved root.
@@ -222,7 +233,7 @@ class SplitLedger:
         with self.store.lock(LOCK_NAME, self.folder / LOCK):
             rows = self.rows()
             current = self._state(rows, self.plans(), None)
-            plan = plan_splits(tasks, config, previous={root: TRAIN for root in pinned})
+            plan = plan_splits(tasks, config, previous={root: TRAIN for root in pinned}, follows=follows)
             changed = {root: side for root, side in plan.sides.items() if current.sides.get(root) != side}
             moved = {root: (current.sides[root], side) for root, side in changed.items() if root in current.sides}
             new = sorted(root for root in changed if root not in current.sides)

@@ -166,6 +166,7 @@ class SplitPlan:
         summary: one row per stratum: its `source` (seed or failure), its field values (None for the failure
             stratum), `roots`, `train_roots`, `eval_roots`, `train_tasks`, `eval_tasks`, `guaranteed_roots`,
             `previous_roots`; sorted by stratum.
+        followed: new root -> the root whose side it took (`follows`).
     """
 
     splits: list[str]
@@ -173,6 +174,7 @@ class SplitPlan:
     sides: dict[str, str]
     guaranteed: dict[str, str] = field(default_factory=dict)
     summary: list[dict[str, Any]] = field(default_factory=list)
+    followed: dict[str, str] = field(default_factory=dict)
 
 
 def _as_records(tasks: pd.DataFrame | Iterable[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
@@ -284,6 +286,7 @@ def plan_splits(
     tasks: pd.DataFrame | Iterable[Mapping[str, Any]],
     config: SplitConfig,
     previous: Mapping[str, str] | None = None,
+    follows: Mapping[str, str] | None = None,
 ) -> SplitPlan:
     """Assign every task to train or eval by its lineage root, stratified, with per-stratum counts.
 
@@ -293,6 +296,9 @@ def plan_splits(
         previous: root -> side from an earlier split (`SplitPlan.sides`). Those roots keep their side and the
             guarantee rule only moves roots not in it, so no root ever changes side; leave it out to recompute
             from the hash alone (and after changing the salt).
+        follows: new root -> the root whose side it takes (`curation.curate.near_copy_roots`: a production failure
+            that is a near-copy of another root's task), before the guarantee rule, which never moves it. A root
+            in `previous` keeps its own side; one whose leader is in neither `previous` nor `tasks` is hashed.
 
     Returns:
         A `SplitPlan` (sides per task and per root, which roots the guarantee rule placed, counts per stratum).
@@ -330,6 +336,13 @@ def plan_splits(
         root: EVAL if hashes[root] < fractions[FAILURE if root in failures else SEED] else TRAIN for root in members
     }
     sides.update({root: side for root, side in previous.items() if root in sides})
+    followed = {
+        root: leader
+        for root, leader in (follows or {}).items()
+        if root in sides and root not in previous and leader in {**sides, **previous}
+    }
+    sides.update({root: previous.get(leader, sides.get(leader, TRAIN)) for root, leader in followed.items()})
+    fixed = {**previous, **followed}  # roots the guarantee rule may not move
     guaranteed: dict[str, str] = {}
     for stratum_roots in strata.values():
         if len(stratum_roots) < config.min_eval_per_stratum + config.min_train_per_stratum:
@@ -337,11 +350,11 @@ def plan_splits(
         by_hash = sorted(stratum_roots, key=lambda r: (hashes[r], r))
         evals = [r for r in by_hash if sides[r] == EVAL]
         trains = [r for r in by_hash if sides[r] == TRAIN]
-        movable_trains = [r for r in trains if r not in previous]
+        movable_trains = [r for r in trains if r not in fixed]
         for root in movable_trains[: max(0, config.min_eval_per_stratum - len(evals))]:
             sides[root], guaranteed[root] = EVAL, "promoted"
         missing_train = max(0, config.min_train_per_stratum - len(trains))
-        movable_evals = [r for r in evals if r not in previous]
+        movable_evals = [r for r in evals if r not in fixed]
         for root in movable_evals[max(0, len(movable_evals) - missing_train) :] if missing_train else []:
             sides[root], guaranteed[root] = TRAIN, "demoted"
     if guaranteed:
@@ -366,7 +379,9 @@ def plan_splits(
                 "previous_roots": sum(r in previous for r in stratum_roots),
             }
         )
-    return SplitPlan(splits=splits, roots=roots, sides=sides, guaranteed=guaranteed, summary=summary)
+    return SplitPlan(
+        splits=splits, roots=roots, sides=sides, guaranteed=guaranteed, summary=summary, followed=followed
+    )
 
 
 def assign_splits(

@@ -459,9 +459,10 @@ def splits_resplit(salt: str, note: str, yes: bool, home: Path | None) -> None:
 
     import pandas as pd
 
+    from curation.curate import near_copy_roots
     from curation.manifests import trained_tasks
     from pipeline.resources import CHECKPOINTS_FOLDER, CurationPolicy, StorageRoot
-    from validators.tables import read_table
+    from validators.tables import read_table, records_from_frame
 
     settings = Settings.from_env(home=home)
     tables = [settings.home / f"{name}.parquet" for name in ("train_tasks", "eval_tasks")]
@@ -472,10 +473,12 @@ def splits_resplit(salt: str, note: str, yes: bool, home: Path | None) -> None:
     if salt == ledger.state().salt:
         raise click.UsageError(f"--salt {salt!r} is the salt in force; pass a new one to re-split")
     tasks = pd.concat([read_table(path) for path in tables], ignore_index=True)
-    config = replace(CurationPolicy().split_config(), salt=salt)
+    policy = CurationPolicy()
+    config = replace(policy.split_config(), salt=salt)
     pinned = set(trained_tasks(settings.home / CHECKPOINTS_FOLDER)["root"])
+    follows = near_copy_roots(records_from_frame(tasks), policy.minhash_config(), known=dict.fromkeys(pinned, "train"))
     who = f"cli:{getpass.getuser()}"
-    entry = ledger.resplit(tasks, config, pinned=pinned, run_id=who, note=note, commit=yes)
+    entry = ledger.resplit(tasks, config, pinned=pinned, run_id=who, note=note, commit=yes, follows=follows)
     changes = [f"{root}: {was} -> {now}" for root, (was, now) in sorted(entry.moved.items())]
     for line in [*entry.notes, f"{len(entry.moved)} roots move, {len(entry.new_roots)} get a first side"]:
         click.echo(line)

@@ -198,3 +198,41 @@ def test_decontamination_passes_on_a_clean_split(settings, arithmetic_seeds):
     summary = materialize(settings, "train_tasks")
     assert summary.success, summary.failures
     assert ("no_eval_contamination", True, "passed") in summary.checks
+
+
+def test_a_failure_asking_a_seeds_exact_question_is_validated_once(settings, arithmetic_seeds):
+    seed = arithmetic_seeds[0]
+    failure = {**seed, "lineage": {**seed["lineage"], "seed_id": None, "source": "production_failure"}}
+    failure["lineage"]["failure_id"] = "f-1"
+    plant(settings, arithmetic_seeds, [], failures=[failure])
+    summary = materialize(settings, "validated_tasks")
+    assert summary.success, summary.failures
+    validated = read_table(settings.home / "validated_tasks.parquet")
+    assert validated["task_id"].is_unique and len(validated) == len(arithmetic_seeds)
+    assert validated.loc[0, "lineage"]["source"] == "seed"  # the seed's record is the one kept
+    metadata = next(a.metadata for a in summary.assets if a.key == "validated_tasks")
+    assert metadata["repeated_tasks"] == 1
+
+
+def test_a_failure_that_near_copies_an_eval_item_is_held_out_with_it(settings):
+    seeds_dir = settings.seeds_dir
+    seeds = load_seeds([seeds_dir / "arithmetic"], root=seeds_dir.parent, context=VerifyContext(seeds_dir=seeds_dir))
+    tasks = [{k: t[k] for k in TASK_FIELDS} for t in seeds.tasks]
+    plan = plan_splits(tasks, SplitConfig())
+    eval_item = next(t for t, side in zip(tasks, plan.splits, strict=True) if side == "eval")
+    # A production failure (its own lineage root) that near-copies the eval item and would hash to train.
+    for n in range(100):
+        text = eval_item["prompt"][-1]["content"].replace(".", f" ({n}).", 1)
+        prompt = [*eval_item["prompt"][:-1], {"role": "user", "content": text}]
+        task_id = compute_task_id(prompt, eval_item["verifier"])
+        lineage = {"seed_id": None, "parent_id": None, "generator": None, "source": "production_failure"}
+        failure = {**eval_item, "task_id": task_id, "prompt": prompt, "lineage": {**lineage, "failure_id": f"f{n}"}}
+        if plan_splits([*tasks, failure], SplitConfig()).splits[-1] == "train":
+            break
+    write_table(frame_from_records(judged([*tasks, failure])), settings.home / "judged_tasks.parquet")
+    summary = materialize(settings, "train_tasks")
+    assert summary.success, summary.failures
+    assert ("no_eval_contamination", True, "passed") in summary.checks
+    assert failure["task_id"] in set(read_table(settings.home / "failure_eval.parquet")["task_id"])
+    metadata = next(a.metadata for a in summary.assets if a.key == "train_tasks")
+    assert metadata["followed_roots"] == 1

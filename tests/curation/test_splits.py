@@ -400,3 +400,22 @@ def test_dataframe_input_from_a_parquet_round_trip():
 )
 def test_lineage_leaks(train, eval_, expected):
     assert lineage_leaks(train, eval_) == expected
+
+
+def test_a_failure_root_that_follows_another_takes_its_side_and_the_guarantee_rule_leaves_it():
+    config = SplitConfig(salt="t", failure_eval_fraction=0.5)
+    failures = [task(f"f{i}", failure_id=f"failure-{i}") for i in range(40)]
+    tasks = [*seeds("s", 20), *failures]
+    free = plan_splits(tasks, config)
+    eval_seed = next(r for r, side in free.sides.items() if side == EVAL and r.startswith("s"))
+    train_seed = next(r for r, side in free.sides.items() if side == TRAIN and r.startswith("s"))
+    # Every failure follows a seed of the other side than its hash gave it.
+    follows = {f"failure-{i}": train_seed if free.sides[f"failure-{i}"] == EVAL else eval_seed for i in range(40)}
+    plan = plan_splits(tasks, config, follows=follows)
+    assert all(plan.sides[root] == free.sides[leader] for root, leader in follows.items())
+    assert plan.followed == follows and not set(plan.guaranteed) & set(follows)
+    # A root with a side already keeps it, and a leader nobody knows leaves the hash in charge.
+    kept = plan_splits(tasks, config, previous={"failure-0": free.sides["failure-0"]}, follows=follows)
+    assert kept.sides["failure-0"] == free.sides["failure-0"] and "failure-0" not in kept.followed
+    unknown = plan_splits(tasks, config, follows={"failure-1": "no-such-root"})
+    assert unknown.sides["failure-1"] == free.sides["failure-1"] and not unknown.followed
