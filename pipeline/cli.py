@@ -556,6 +556,42 @@ def _echo_rejects(source: Path, table: Path, shown: int = 5) -> None:
 
 
 @main.command()
+@click.option("--nights", type=click.IntRange(min=1), default=1, show_default=True, help="Nights to run.")
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+@click.option("--profile", type=click.Choice(PROFILES), help="Default: $SEEDWHEEL_PROFILE, else quickstart.")
+@click.option("--requests", type=click.IntRange(min=1), default=24, show_default=True, help="Requests per night.")
+@click.option(
+    "--pool-per-seed",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Traffic-pool requests made from each seed (the pool is built on the first night and kept).",
+)
+@seedwheel_errors(usage=True)
+def simulate(nights: int, home: Path | None, profile: str | None, requests: int, pool_per_seed: int) -> None:
+    """Close the loop offline: a stand-in app serves a night of traffic with the promoted model and drops its
+    traffic log into the inbox, then the nightly path runs (sensor, failure tasks, regeneration, training, gate).
+
+    Each night's record (traffic, failure rate with its 95% interval, failures in, tasks derived, training, the
+    gate's decision) is printed and kept in <home>/simulation/nights.jsonl; a rerun continues after the last night.
+    """
+    from pipeline.simulate import SimulationConfig
+    from pipeline.simulate import simulate as run_nights
+
+    settings = Settings.from_env(profile=profile, home=home)
+    config = SimulationConfig(nights=nights, requests=requests, pool_per_seed=pool_per_seed)
+    click.echo(f"seedwheel simulate: profile={settings.profile} storage={settings.home} nights={nights}")
+    records = run_nights(settings, config, echo=click.echo, progress=_progress)
+    click.echo(f"\n{'night':>5} {'model':<28} {'served':>6} {'failed':>6}  {'failure rate':<20} decision")
+    for record in records:
+        rate = f"{record['failure_rate']:.2f} [{record['failure_rate_low']:.2f}, {record['failure_rate_high']:.2f}]"
+        click.echo(
+            f"{record['night']:>5} {record['model']:<28} {record['served']:>6} {record['failed']:>6}  {rate:<20} "
+            f"{record['decision']}"
+        )
+
+
+@main.command()
 @click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True, help="Steps at a time.")
 @click.option("--name", default="", help="The worker's node name, e.g. gpu1@%h (default: Celery's, celery@host).")
 def worker(concurrency: int, name: str) -> None:

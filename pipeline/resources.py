@@ -10,6 +10,7 @@ so the launchpad shows and checks them; a choice is a `Literal`, which the launc
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 import time
@@ -652,6 +653,20 @@ class FailureInbox(dg.ConfigurableResource):
         """One log, opened for reading in binary (an iterable of lines: long lines are not read whole into memory,
         non-UTF-8 bytes reach the parser, which rejects those lines with their number)."""
         return self._log(name).open("rb")
+
+    def deliver(self, name: str, data: bytes) -> UPath:
+        """Put a whole log into the inbox as `name`, as an app should: written beside it under a name the sensor
+        ignores, then renamed in (one request on an object store), so no tick sees half a file."""
+        folder = self._folder()
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / name
+        if not is_local(target):
+            target.fs.pipe_file(target.path, data)
+            return target
+        partial = folder / f".{name}.partial"
+        partial.write_bytes(data)
+        os.replace(partial.path, target.path)
+        return target
 
     def retire(self, name: str, stamp: str, run_id: str) -> str | None:
         """Take a log whose redacted records are stored out of the inbox: delete it, or move it to

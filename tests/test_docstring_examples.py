@@ -17,7 +17,7 @@ from tests.paths import REPO
 PACKAGES = (
     *("core", "llm", "validators"),
     *("curation", "judge", "failures", "generators", "training"),
-    *("assets", "pipeline"),
+    *("assets", "simulation", "pipeline"),
 )
 EXAMPLE = re.compile(r"^\s*>>> ", re.MULTILINE)
 # Modules known to have examples, a few per package: discovery that finds none of them is broken, not clean.
@@ -27,7 +27,8 @@ KNOWN = {
     *("validators.verifiers.numeric", "validators.verifiers.tool_call"),
     *("curation.splits", "curation.dedup.minhash", "curation.curate"),
     *("judge.prompt", "judge.calibration", "judge.rubric"),
-    *("failures.log", "failures.derive", "failures.batch"),
+    *("failures.log", "failures.derive", "failures.batch", "failures.traffic"),
+    *("simulation.pool", "simulation.app"),
     *("generators.base", "generators.rewrite", "generators.programmatic.sql"),
     *("training.grpo", "training.promotion", "training.reward_audit"),
 }
