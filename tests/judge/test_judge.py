@@ -167,6 +167,17 @@ def make_client(server: FakeOpenAIServer, cache: LLMCache | None = None, **overr
         # The rationale is required as a string.
         (json.dumps(ALL_FIVE), "stop", None, "bad_rationale", ()),
         (json.dumps({"rationale": ["short"], **ALL_FIVE}), "stop", None, "bad_rationale", ()),
+        # The answer format's placeholder copied word for word (a 135M judge did so), or nothing said: no rationale.
+        (
+            answer("<at most three sentences: the main problems, or why the task is sound>"),
+            "stop",
+            None,
+            "bad_rationale",
+            (),
+        ),
+        (answer("  "), "stop", None, "bad_rationale", ()),
+        # Angle brackets inside a real rationale are text, not a slot.
+        (answer("The <table> tag is named but never used."), "stop", ALL_FIVE, None, ()),
         # A JSON list is not an object.
         ("[5, 5, 5, 5]", "stop", None, "not_an_object", ()),
         # Prose only: no JSON at all.
