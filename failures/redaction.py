@@ -579,6 +579,19 @@ def redact_text(text: str, config: RedactionConfig | None = None) -> tuple[str, 
     return _redact_string(text, config or RedactionConfig(), tally), tally.report()
 
 
+def _redact_model(value: Any, config: RedactionConfig, tally: _Tally) -> Any:
+    """A model name redacted by every rule but `high_entropy` (see `redact`)."""
+    if not isinstance(value, str):
+        return _redact_value(value, config, tally)
+    own = _Tally()
+    text = _redact_string(value, config, own)
+    if set(own.rules) <= {"high_entropy"}:
+        return value
+    tally.rules.update(own.rules)  # Counter.update adds
+    tally.kinds.update(own.kinds)
+    return text
+
+
 def _redact_value(value: Any, config: RedactionConfig, tally: _Tally, *, sensitive: bool = False) -> Any:
     if isinstance(value, str):
         if sensitive and value.strip() and not PLACEHOLDER.fullmatch(value.strip()):
@@ -615,7 +628,9 @@ def redact(record: Mapping[str, Any], config: RedactionConfig | None = None) -> 
     """A copy of a record with every string redacted, recursively, and what was replaced.
 
     Keys are redacted like values; a string or number under a sensitive key (`is_sensitive_key`) becomes
-    `[SECRET]` whole. A `failure_id` that redaction would change (an id made of an e-mail address) is replaced
+    `[SECRET]` whole. The serving `model`'s name is left as it is when only the random-looking-token rule
+    would change it (version names carry digests and commits: `agent-3f9c2d1e7b`); every other rule applies. A
+    `failure_id` that redaction would change (an id made of an e-mail address) is replaced
     by `redacted-<16 hex digits of its SHA-256>`, so it stays unique without showing the value. The copy gets a
     `redaction` field: the counts by kind (added to any counts already there), which also marks it as redacted.
 
@@ -633,8 +648,10 @@ def redact(record: Mapping[str, Any], config: RedactionConfig | None = None) -> 
     """
     config = config or RedactionConfig()
     tally = _Tally()
-    body = {key: value for key, value in record.items() if key != "redaction"}
+    body = {key: value for key, value in record.items() if key not in ("redaction", "model")}
     clean = _redact_value(body, config, tally)
+    if "model" in record:
+        clean["model"] = _redact_model(record["model"], config, tally)
     failure_id = record.get("failure_id")
     if isinstance(failure_id, str) and clean.get("failure_id") != failure_id:
         clean["failure_id"] = "redacted-" + hashlib.sha256(failure_id.encode("utf-8")).hexdigest()[:16]

@@ -375,3 +375,12 @@ def test_hostile_text_is_redacted_in_linear_time(text):
     # bench/bench_adversarial_inputs.py, not timed here.
     redacted, _ = redact_text(text)
     assert redacted
+
+
+def test_a_models_version_digest_is_kept_but_a_secret_in_its_name_is_not():
+    # A version name with a digest looks random to the entropy rule, and is no secret: it stays readable.
+    clean, report = redact({"model": "smollm2-135m-instruct-b179c9523d0e", "output": "b179c9523d0e7f1aQz9X"})
+    assert clean["model"] == "smollm2-135m-instruct-b179c9523d0e" and clean["output"] == "[SECRET]"
+    # Any other rule still applies to it, and is counted.
+    clean, report = redact({"model": "agent for ann@example.com"})
+    assert clean["model"] == "agent for [EMAIL]" and report.rules == {"email": 1}
