@@ -49,9 +49,10 @@ SHARD_STATS_COLUMNS = ("shard", "tasks", "calls", "seconds", "stats")
 CALIBRATION_NUMBERS = ("accuracy", "kappa", "false_accept_rate", "false_reject_rate")
 
 
-def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
-    """`judge_calibration` with its `judge_agreement` check: blocking (ERROR) in production; in the quickstart a
-    visible warning, since a random tiny model cannot agree with people and must not stop the demo."""
+def build_judge_calibration(severity: dg.AssetCheckSeverity) -> dg.AssetsDefinition:
+    """`judge_calibration` with its `judge_agreement` check: an ERROR in production, a WARN in the quickstart (a
+    135M judge cannot agree with people). Never blocking: a judge below its floors loses its say in the splits
+    (`JudgePolicy.labels_in_use`: its labels neither filter nor vouch), and the run goes on without them."""
 
     @dg.asset(
         name="judge_calibration",
@@ -60,8 +61,9 @@ def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
             dg.AssetCheckSpec(
                 "judge_agreement",
                 asset="judge_calibration",
-                blocking=blocking,
-                description="The judge agrees with the human labels of the audit set at least as much as the floors.",
+                blocking=False,
+                description="The judge agrees with the human labels of the audit set at least as much as the floors "
+                "(else its labels are not used).",
             )
         ],
     )
@@ -84,7 +86,8 @@ def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
             context.log.warning(f"judge calibration: {reason}")
         numbers = {k: v for k, v in calibration.as_dict().items() if v is not None}
         return dg.MaterializeResult(
-            value=pd.DataFrame([j.as_dict() for j in run.judgments]),
+            # Each judgment carries the verdict on the judge that made it: `judged_tasks` passes it on to the splits.
+            value=pd.DataFrame([j.as_dict() for j in run.judgments]).assign(calibration_passed=passed),
             metadata={
                 "items": len(items),
                 **{k: numbers[k] for k in CALIBRATION_NUMBERS if k in numbers},
@@ -99,8 +102,8 @@ def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
                 dg.AssetCheckResult(
                     check_name="judge_agreement",
                     passed=passed,
-                    severity=dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN,
-                    description="meets the floors" if passed else "; ".join(reasons),
+                    severity=severity,
+                    description="meets the floors" if passed else "; ".join(reasons) + ": its labels are not used",
                     metadata={"floors": dg.MetadataValue.json(judge.floors().__dict__), "kappa": numbers.get("kappa")},
                 )
             ],
@@ -112,7 +115,7 @@ def build_judge_calibration(blocking: bool) -> dg.AssetsDefinition:
 @dg.op(ins={"deduplicated_tasks": dg.In(), "judge_calibration": dg.In(dg.Nothing)}, out=dg.DynamicOut(pd.DataFrame))
 def judge_shards(deduplicated_tasks: pd.DataFrame, judge: JudgePolicy):
     """The tasks to judge (non-duplicates, `judge.max_per_family` per family), one table per non-empty shard of
-    task-id hashes; after the calibration, whose blocking check stops the judging of a judge people disagree with."""
+    task-id hashes; after the calibration (the two would share the endpoint)."""
     tasks = records_from_frame(_kept(deduplicated_tasks))
     chosen = [tasks[i] for i in first_per_family(tasks, judge.max_per_family)]
     for shard, positions in enumerate(plan_shards([t["task_id"] for t in chosen], judge.shards())):
@@ -145,6 +148,7 @@ def judge_shard(context: dg.OpExecutionContext, shard: pd.DataFrame, llm: LLMEnd
 def merge_judgments(
     context: dg.OpExecutionContext,
     deduplicated_tasks: pd.DataFrame,
+    judge_calibration: pd.DataFrame,
     judgments: list[pd.DataFrame],
     stats: list[pd.DataFrame],
     llm: LLMEndpoint,
@@ -160,6 +164,10 @@ def merge_judgments(
     setup = judge_setup(llm.client(), params=LABEL_PARAMS)  # the shards' setup (no call is made for it)
     rows = label_rows([task["task_id"] for task in tasks], judged)
     labelled = pd.concat([kept, pd.DataFrame(rows, columns=LABEL_COLUMNS)], axis=1)
+    # A table from before the verdict was kept has no column: an unknown judge, whose labels are not used.
+    passed = judge_calibration.get("calibration_passed", pd.Series([], dtype=bool))
+    calibrated = bool(len(passed)) and bool(passed.all())
+    labelled["judge_calibrated"] = calibrated  # the verdict on the judge: the splits use its labels only if True
     counts = score_counts(judged, DEFAULT_RUBRIC)
     lowest = lowest_score_counts(judged, {t["task_id"]: t["family"] for t in tasks})
     # Which judge setup the labels came from, kept beside the storage root's other side state (judge.history).
@@ -172,6 +180,7 @@ def merge_judgments(
         labelled,
         metadata={
             "rows": len(labelled),
+            "judge_calibrated": calibrated,
             "judged": len(judged),
             "rejudged": rejudged,
             "verdicts": count_table(labelled["judge_verdict"], "verdict"),
@@ -194,12 +203,12 @@ def merge_judgments(
     )
 
 
-@dg.graph_asset(group_name=groups.JUDGING, ins={"judge_calibration": dg.AssetIn(dagster_type=dg.Nothing)})
-def judged_tasks(deduplicated_tasks: pd.DataFrame, judge_calibration):
+@dg.graph_asset(group_name=groups.JUDGING)
+def judged_tasks(deduplicated_tasks: pd.DataFrame, judge_calibration: pd.DataFrame):
     """Non-duplicate tasks labelled by the LLM judge (`judge_verdict`: accept, reject, judge_error, not_judged),
     judged in shards of task-id hashes, one step each (`judge.judge_shards`)."""
     judgments, stats = judge_shards(deduplicated_tasks, judge_calibration).map(judge_shard)
-    return merge_judgments(deduplicated_tasks, judgments.collect(), stats.collect())
+    return merge_judgments(deduplicated_tasks, judge_calibration, judgments.collect(), stats.collect())
 
 
 def _kept(deduplicated_tasks: pd.DataFrame) -> pd.DataFrame:

@@ -46,6 +46,12 @@ def split_tasks(
     the eval set only grows. The tasks kept here are then added to the dedup index: the index learns what the
     splits hold, nothing the judge rejected, so a rejected task never marks a later near-copy as a duplicate.
     """
+    labels_in_use = judge.labels_in_use(judged_tasks)
+    if judge.use_labels == "accepted" and not labels_in_use:
+        context.log.warning(
+            "the judge did not pass its calibration (judge_agreement): its labels neither filter the splits nor "
+            "vouch for LLM text this run"
+        )
     kept = judge.kept(judged_tasks)
     # LLM text that neither its current checks nor a judge whose labels are in use vouches for is held back.
     candidates = records_from_frame(kept)
@@ -53,7 +59,7 @@ def split_tasks(
         candidates,
         judged_tasks.loc[kept.index, "judge_verdict"].tolist(),
         current_checks=LLM_CHECKS,
-        judge_vouches=judge.use_labels == "accepted",
+        judge_vouches=labels_in_use,
     )
     for row in vouching.held_back:
         context.log.warning(f"held back {row['task_id']} ({row['family']}, {row['generator']}): {row['reason']}.")
@@ -83,6 +89,7 @@ def split_tasks(
         "dedup_index_rows_added": added,
         "dedup_index_rows": len(index),
         "vouched_by": count_table([v for v in vouching.vouchers if v is not None], "voucher"),
+        "judge_labels_in_use": labels_in_use,
         "held_back": len(held_back),
         "held_back_reasons": count_table(held_back["reason"], "reason"),
     }

@@ -49,7 +49,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     return dg.Definitions(
         assets=[
             *dg.load_assets_from_modules(modules),
-            judging.build_judge_calibration(blocking=profile.judge_gate_blocks),
+            judging.build_judge_calibration(profile.judge_gate_severity),
         ],
         asset_checks=dg.load_asset_checks_from_modules(modules),
         jobs=[flywheel_job, regeneration_job, training_job],

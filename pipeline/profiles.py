@@ -26,7 +26,8 @@ class ProfileResources:
 
     Attributes:
         llm, plan, policy, judge, training, gate: the resources of those names.
-        judge_gate_blocks: a failing `judge_agreement` check stops the splits (else it warns).
+        judge_gate_severity: how a failing `judge_agreement` check shows (ERROR or WARN); it never stops a run:
+            a judge below its floors just loses its say in the splits.
         nightly_running: the nightly regeneration schedule starts switched on.
         failure_inbox_running: the failure-inbox sensor starts switched on.
     """
@@ -37,7 +38,7 @@ class ProfileResources:
     judge: JudgePolicy
     training: TrainingPolicy
     gate: PromotionGate
-    judge_gate_blocks: bool
+    judge_gate_severity: dg.AssetCheckSeverity
     nightly_running: bool
     failure_inbox_running: bool
 
@@ -116,7 +117,7 @@ def quickstart(settings: Settings) -> ProfileResources:
             batch_size=16,
             episode_max_turns=4,  # as the training episodes: a 135M model that loops calls stops early
         ),
-        judge_gate_blocks=False,  # warns: a 135M judge cannot meet the floors
+        judge_gate_severity=dg.AssetCheckSeverity.WARN,  # a 135M judge cannot meet the floors
         nightly_running=False,  # switched on in the UI
         failure_inbox_running=False,
     )
@@ -142,7 +143,7 @@ def production(settings: Settings) -> ProfileResources:
             grpo={"num_generations": 8, "max_completion_length": 1024, "max_prompt_tokens": 2048, "save_steps": 50},
         ),
         gate=PromotionGate(registry_path=_registry(settings)),
-        judge_gate_blocks=True,
+        judge_gate_severity=dg.AssetCheckSeverity.ERROR,
         nightly_running=True,
         failure_inbox_running=True,
     )

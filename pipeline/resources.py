@@ -465,8 +465,8 @@ class CurationPolicy(dg.ConfigurableResource):
 class JudgePolicy(dg.ConfigurableResource):
     """How the LLM judge runs and how much its labels count (the profile sets the defaults)."""
 
-    # Which judged tasks the splits keep: "accepted" (production) or "all" (the quickstart, whose 135M judge
-    # misses its calibration floors: its labels are shown, not used).
+    # Which judged tasks the splits keep: "accepted" (production: when the judge passed its calibration, else all)
+    # or "all" (the quickstart, whose 135M judge misses its calibration floors: its labels are shown, not used).
     use_labels: LabelUse = "accepted"
     # Judge at most this many tasks per family (None: all); the others are labelled `not_judged`.
     max_per_family: int | None = None
@@ -489,9 +489,16 @@ class JudgePolicy(dg.ConfigurableResource):
     def shards(self) -> int:
         return shard_count(self.judge_shards, "judge_shards")
 
+    def labels_in_use(self, judged: pd.DataFrame) -> bool:
+        """Whether the judge's labels count this run: `use_labels` is "accepted" and the judge that made them
+        passed its calibration (`judged_tasks`' `judge_calibrated`). A judge below its floors neither filters
+        the splits nor vouches for LLM text: the run goes on without its labels."""
+        calibrated = "judge_calibrated" in judged and bool(judged["judge_calibrated"].fillna(False).all())
+        return self.use_labels == "accepted" and calibrated
+
     def kept(self, judged: pd.DataFrame) -> pd.DataFrame:
-        """The judged tasks the splits keep (by `use_labels`), as plain task records."""
-        chosen = judged[judged["judge_verdict"] == "accept"] if self.use_labels == "accepted" else judged
+        """The judged tasks the splits keep (the accepted ones where the labels are in use), as task records."""
+        chosen = judged[judged["judge_verdict"] == "accept"] if self.labels_in_use(judged) else judged
         return chosen[list(TASK_FIELDS)]
 
     def rule(self) -> AcceptanceRule:

@@ -165,9 +165,10 @@ def test_shards_run_in_processes_of_their_own_under_the_multiprocess_executor(se
     assert (len(cache), cache.rebuilt) == (24, False)
 
 
-def judged(tasks: list[dict]) -> list[dict]:
-    """Tasks as judged_tasks holds them, every one accepted by the judge."""
+def judged(tasks: list[dict], calibrated: bool = True) -> list[dict]:
+    """Tasks as judged_tasks holds them, every one accepted by the judge (one that passed its calibration, or not)."""
     labels = {"judge_verdict": "accept", "judge_scores": None, "judge_failed": [], "judge_error": None}
+    labels["judge_calibrated"] = calibrated
     return [{**t, **labels, "judge_rationale": "fine"} for t in tasks]
 
 

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from core.shards import shard_of
@@ -14,7 +15,7 @@ from pipeline.runs import materialize
 from tests.fake_server import FakeOpenAIServer
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, write_table
+from validators.tables import frame_from_records, read_table, write_table
 from validators.tasks import TASK_FIELDS
 
 ANSWER = json.dumps({"rationale": "Fine.", "clarity": 5, "solvability": 4, "reference_correctness": 5, "on_topic": 5})
@@ -33,6 +34,8 @@ def planted(settings) -> list[dict]:
     seeds = load_seeds([seeds_dir / "arithmetic"], root=seeds_dir.parent, context=VerifyContext(seeds_dir=seeds_dir))
     tasks = [{**{k: t[k] for k in TASK_FIELDS}, "is_duplicate": False} for t in seeds.tasks[:6]]
     write_table(frame_from_records(tasks), settings.home / "deduplicated_tasks.parquet")
+    # The calibration a previous step made: its verdict on the judge travels with the labels.
+    write_table(pd.DataFrame({"calibration_passed": [True]}), settings.home / "judge_calibration.parquet")
     return tasks
 
 
@@ -41,6 +44,14 @@ def judged_metadata(settings) -> dict[str, Any]:
     assert summary.success, summary.failures
     [judged] = [a for a in summary.assets if a.key == "judged_tasks"]
     return judged.metadata
+
+
+def test_the_labels_carry_the_calibrations_verdict_on_the_judge(settings, judge_server, planted):
+    settings = dataclasses.replace(settings, llm_base_url=judge_server.base_url, llm_model="judge-a")
+    assert judged_metadata(settings)["judge_calibrated"] is True
+    assert set(read_table(settings.home / "judged_tasks.parquet")["judge_calibrated"]) == {True}
+    write_table(pd.DataFrame({"calibration_passed": [True, False]}), settings.home / "judge_calibration.parquet")
+    assert judged_metadata(settings)["judge_calibrated"] is False  # one failed item fails the judge
 
 
 def test_metadata_says_first_run_unchanged_or_what_changed(settings, judge_server, planted):

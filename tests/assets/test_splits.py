@@ -107,7 +107,20 @@ def test_llm_text_no_current_check_or_judge_in_use_vouches_for_is_held_back_and_
     assert numbers["held_back"] == 1
     assert unvouched["task_id"] in numbers["held_back_preview"] and "rewrite-checks-v1" in numbers["held_back_reasons"]
     assert "| checks | 1 |" in numbers["vouched_by"] and f"| not_llm | {len(seed_records)} |" in numbers["vouched_by"]
-    # Where the judge's labels are in use (behind its blocking calibration), its acceptance vouches.
+    # Where the judge's labels are in use (it passed its calibration), its acceptance vouches.
     split(settings, judged([*seed_records, vouched, unvouched]), resources=ACCEPTED_ONLY)
     kept = {t for name in ("train", "eval") for t in read_table(settings.home / f"{name}_tasks.parquet")["task_id"]}
     assert unvouched["task_id"] in kept
+
+
+def test_a_judge_below_its_floors_neither_filters_nor_vouches_and_the_run_completes(settings, seed_records):
+    parent = seed_records[0]
+    unvouched = rewrite_of(parent, "Um, um, um, um, um, um, um, um, um", "rewrite-checks-v1")
+    rejected = judged([seed_records[1]], calibrated=False)[0] | {"judge_verdict": "reject"}
+    tasks = [*judged([parent, *seed_records[2:], unvouched], calibrated=False), rejected]
+    summary = split(settings, tasks, resources=ACCEPTED_ONLY)
+    kept = {t for name in ("train", "eval") for t in read_table(settings.home / f"{name}_tasks.parquet")["task_id"]}
+    assert rejected["task_id"] in kept  # an uncalibrated judge's reject does not filter
+    assert unvouched["task_id"] not in kept  # and its accept does not vouch: the LLM text is held back
+    numbers = next(a for a in summary.assets if a.key == SPLIT).metadata
+    assert numbers["judge_labels_in_use"] is False and numbers["held_back"] == 1

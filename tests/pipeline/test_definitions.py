@@ -86,11 +86,12 @@ def test_dagster_validates_the_workspace(settings):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_judge_gate_blocks_only_in_production(settings):
-    for profile, blocking in (("quickstart", False), ("production", True)):
+def test_the_judge_gate_never_blocks(settings):
+    # A judge below its floors loses its say in the splits (JudgePolicy.labels_in_use); the run goes on.
+    for profile in ("quickstart", "production"):
         definitions = build_definitions(replace(settings, profile=profile))
         [spec] = [s for s in definitions.resolve_asset_graph().asset_check_keys if s.name == "judge_agreement"]
-        assert definitions.resolve_asset_graph().get_check_spec(spec).blocking is blocking
+        assert definitions.resolve_asset_graph().get_check_spec(spec).blocking is False
 
 
 def test_the_nightly_schedule_regenerates_data_without_training(settings):
