@@ -13,7 +13,7 @@ else the first balanced object in prose), so a fenced answer or one wrapped in p
 | `"high"`, `3.5`, `"4/5"`, `true`, `null`    | `bad_score` - guessing a number would invent a verdict    |
 | an integer outside 1-5 (`0`, `7`, `"10"`)   | `score_out_of_range` - never clamped: 7 may mean 7/10     |
 | rationale missing or not a string           | `bad_rationale`                                           |
-| rationale empty, or a `<...>` placeholder   | `bad_rationale` - the format's slot copied, not filled in |
+| rationale empty, `...` or a `<...>` slot    | `bad_rationale` - the format's slot copied, not filled in |
 | not an object (a list, a number)            | `not_an_object`                                           |
 | no text / no JSON / broken or cut-off JSON  | `empty` / `json_missing` / `json_invalid`                 |
 
@@ -43,8 +43,8 @@ PARSE_ERRORS = (
     "bad_rationale",
 )
 _INTEGER_STRING = re.compile(r"^\s*[+-]?\d{1,6}\s*$")
-# A rationale that is all one `<...>` slot: the answer format's placeholder copied instead of filled in.
-_PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*$")
+# A rationale that is a placeholder copied instead of filled in: one `<...>` slot, or no word (`...`).
+_PLACEHOLDER = re.compile(r"^\s*<[^<>]*>\s*$|^[^A-Za-z]*$")
 
 
 def _reject_constant(name: str) -> Any:
@@ -167,7 +167,7 @@ def parse_judgment(text: str | None, rubric: Rubric, *, finish_reason: str | Non
         problems.append(f"outside {SCORE_MIN}-{SCORE_MAX}: {'; '.join(out_of_range)}")
     if not isinstance(rationale, str):
         problems.append(f"{RATIONALE} is {'missing' if rationale is None else _show(rationale)}, not a string")
-    elif not rationale.strip() or _PLACEHOLDER.match(rationale):
+    elif _PLACEHOLDER.match(rationale):
         problems.append(
             f"{RATIONALE} is {'empty' if not rationale.strip() else 'the placeholder ' + _show(rationale)}: write the "
             "main problems of the task, or why it is sound, in your own words"

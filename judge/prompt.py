@@ -28,7 +28,7 @@ from llm import ChatRequest
 from llm.prompts import data_tag
 
 # Bump when the text below changes: it is part of the LLM cache key, so old answers are not reused.
-JUDGE_TEMPLATE_VERSION = 1
+JUDGE_TEMPLATE_VERSION = 2
 REPAIR_TEMPLATE_VERSION = 1
 # How much of a broken answer the repair request quotes back: enough to show the model its mistake, without
 # paying for thousands of tokens of runaway text.
@@ -69,7 +69,7 @@ def template_version(rubric: Rubric) -> str:
     Example:
         >>> from judge.rubric import DEFAULT_RUBRIC
         >>> template_version(DEFAULT_RUBRIC)
-        'judge-task_quality-r1-t1'
+        'judge-task_quality-r1-t2'
     """
     return f"judge-{rubric.label}-t{JUDGE_TEMPLATE_VERSION}"
 
@@ -80,21 +80,28 @@ def repair_template_version(rubric: Rubric) -> str:
     Example:
         >>> from judge.rubric import DEFAULT_RUBRIC
         >>> repair_template_version(DEFAULT_RUBRIC)
-        'judge-task_quality-r1-t1-repair1'
+        'judge-task_quality-r1-t2-repair1'
     """
     return f"{template_version(rubric)}-repair{REPAIR_TEMPLATE_VERSION}"
 
 
 def answer_format(rubric: Rubric) -> str:
-    """The answer format shown to the judge.
+    """The answer format shown to the judge: the keys and what each holds, then what the rationale says.
+
+    The rationale is described beside the object, not as a slot inside it: a small judge copied a slot's text
+    (`<at most three sentences: ...>`) word for word instead of writing a rationale.
 
     Example:
         >>> from judge.rubric import DEFAULT_RUBRIC
-        >>> answer_format(DEFAULT_RUBRIC)[:39]
-        '{"rationale": "<at most three sentences'
+        >>> answer_format(DEFAULT_RUBRIC)[:40]
+        '{"rationale": ..., "clarity": 1 to 5, "s'
     """
-    scores = ", ".join(f'"{name}": <integer {SCORE_MIN}-{SCORE_MAX}>' for name in rubric.names)
-    return f'{{"{RATIONALE}": "<at most three sentences: the main problems, or why the task is sound>", {scores}}}'
+    scores = ", ".join(f'"{name}": {SCORE_MIN} to {SCORE_MAX}' for name in rubric.names)
+    return (
+        f'{{"{RATIONALE}": ..., {scores}}}\n'
+        f"{RATIONALE}: your reasons in one to three sentences of your own about this task: its main problems, or "
+        "why it is sound."
+    )
 
 
 def system_message(rubric: Rubric, families: Mapping[str, str] | None = None) -> str:
@@ -197,7 +204,7 @@ class JudgePrompt:
         >>> task = {"family": "sql", "prompt": [{"role": "user", "content": "Count customers."}], "reference": None}
         >>> request = prompt.request(task, sample=1)
         >>> request.template_version, request.sample, request.messages[0]["content"] is prompt.system
-        ('judge-task_quality-r1-t1', 1, True)
+        ('judge-task_quality-r1-t2', 1, True)
     """
 
     def __init__(self, rubric: Rubric, params: Mapping[str, Any] | None = None) -> None:

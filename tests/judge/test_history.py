@@ -43,8 +43,8 @@ R2 = dataclasses.replace(
         # The prompt template changed under the same rubric.
         (
             BASE,
-            dataclasses.replace(BASE, template_version="judge-task_quality-r1-t2"),
-            "judge prompt judge-task_quality-r1-t1 -> judge-task_quality-r1-t2",
+            dataclasses.replace(BASE, template_version="judge-task_quality-r1-t3"),
+            "judge prompt judge-task_quality-r1-t2 -> judge-task_quality-r1-t3",
         ),
         (
             BASE,
@@ -119,7 +119,7 @@ def test_a_judge_run_reports_its_setup():
         run = judge_tasks([task], client=client, params=LABEL_PARAMS)
     assert run.setup == JudgeSetup(
         "task_quality-r1",
-        "judge-task_quality-r1-t1",
+        "judge-task_quality-r1-t2",
         "fake",
         "http://loopback/v1",
         {"max_tokens": 100, "temperature": 0.0},

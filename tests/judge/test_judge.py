@@ -176,6 +176,7 @@ def make_client(server: FakeOpenAIServer, cache: LLMCache | None = None, **overr
             (),
         ),
         (answer("  "), "stop", None, "bad_rationale", ()),
+        (answer("..."), "stop", None, "bad_rationale", ()),
         # Angle brackets inside a real rationale are text, not a slot.
         (answer("The <table> tag is named but never used."), "stop", ALL_FIVE, None, ()),
         # A JSON list is not an object.
