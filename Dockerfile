@@ -28,6 +28,7 @@ COPY generators generators
 COPY judge judge
 COPY training training
 COPY assets assets
+COPY simulation simulation
 COPY pipeline pipeline
 COPY seeds seeds
 COPY workspace.yaml ./
