@@ -16,6 +16,7 @@ from typing import Any
 
 from failures import failure_fields
 from llm import ChatRequest, LLMClient
+from training.checkpoints import FINAL_DIRNAME
 from validators.batch import verify_many
 from validators.registry import VerifyContext
 
@@ -24,17 +25,25 @@ logger = logging.getLogger(__name__)
 APP_NAME = "seedwheel-simulate"
 # The app's prompt is the task's own; this names how requests are sent, for the call cache.
 APP_TEMPLATE = "simulate-app-v1"
+# Folder names a training run puts its weights under (its trainer's output_dir, then the final weights), which
+# name no model.
+_GENERIC_FOLDERS = frozenset({"output", FINAL_DIRNAME})
 
 
 def model_label(model: str) -> str:
-    """The model as a traffic log names it: a checkpoint's folder (`grpo-1a2b/final` -> `grpo-1a2b`), else as given.
+    """The model as a traffic log names it: a training run's stage and digest (`.../grpo/1a2b/output/final` ->
+    `grpo-1a2b`), else the last part of its path or id.
 
     Example:
-        >>> model_label("/home/x/checkpoints/grpo-1a2b3c/final"), model_label("HuggingFaceTB/SmolLM2-135M-Instruct")
-        ('grpo-1a2b3c', 'SmolLM2-135M-Instruct')
+        >>> model_label("/srv/training/grpo/14b45758/output/final"), model_label("HuggingFaceTB/SmolLM2-135M-Instruct")
+        ('grpo-14b45758', 'SmolLM2-135M-Instruct')
     """
-    path = PurePath(model)
-    return path.parent.name if path.name == "final" and path.parent.name else path.name
+    parts = list(PurePath(model).parts)
+    generic = 0
+    while len(parts) > 2 and parts[-1] in _GENERIC_FOLDERS:
+        parts.pop()
+        generic += 1
+    return "-".join(parts[-2:]) if generic else parts[-1]
 
 
 def traffic_line(

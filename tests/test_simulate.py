@@ -81,7 +81,7 @@ def test_two_nights_close_the_loop_through_the_inbox(settings: Settings, tmp_pat
     assert not any(is_held_out(request) for request in served_requests(home, 1))
 
     # Whatever is promoted is what the next night serves: here, a checkpoint the gate promoted as it would.
-    promoted = home / "checkpoints" / "grpo-promoted" / "final"
+    promoted = home / "training" / "grpo" / "promoted" / "output" / "final"  # where GRPO runs keep their weights
     shutil.copytree(settings.base_model, promoted)
     gate = profile_resources(settings).gate
     gate.registry(StorageRoot(root=str(home)).state()).promote(promoted, run_id="test")
