@@ -333,3 +333,9 @@ def test_a_traffic_log_is_counted_per_model_and_only_its_failures_become_tasks(s
     assert metadata["nights"] == 2 and metadata["v2/failure_rate"] == 0.2
     assert metadata["failure_rate_plot"].startswith("![failure rate per night")
     assert "0.60 [0.31, 0.83]" in metadata["per_night"]  # 6 of 10, with its Wilson interval
+
+    # A log stored before traffic rows were kept has none: the rates are counted from the others.
+    (settings.home / "production_traffic" / "night1.jsonl.parquet").unlink()
+    summary = materialize(settings, "failure_rates")
+    assert summary.success, summary.failures
+    assert set(read_table(settings.home / "failure_rates.parquet")["model"]) == {"v2"}
