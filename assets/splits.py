@@ -7,10 +7,10 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
-from curation.curate import index_tasks, near_copy_roots, task_text
+from curation.curate import index_tasks, near_copy_roots, task_text, torn_row
 from curation.dedup import near_duplicate_pairs
 from curation.manifests import checkpoint_leaks, trained_tasks
-from curation.splits import lineage_leaks
+from curation.splits import lineage_leaks, task_roots
 from curation.vouching import HELD_BACK_COLUMNS, vouch
 from generators.rewrite import CHECKS_VERSION, LLMRewriter
 from pipeline.resources import CHECKPOINTS_FOLDER, EXPORT_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
@@ -65,12 +65,17 @@ def split_tasks(
         context.log.warning(f"held back {row['task_id']} ({row['family']}, {row['generator']}): {row['reason']}.")
     kept = kept[vouching.kept]
     records = [record for record, vouched in zip(candidates, vouching.kept, strict=True) if vouched]
-    held_back = frame_from_records(vouching.held_back, HELD_BACK_COLUMNS)
     ledger = storage.split_ledger()
     # A production failure that near-copies another root's task takes that root's side (else it could train on an
-    # eval item's twin, and the contamination check would stop the run).
-    follows = near_copy_roots(records, policy.minhash_config(), known=ledger.state().sides)
-    entry = ledger.assign(kept, policy.split_config(), run_id=context.run.run_id, follows=follows)
+    # eval item's twin, and the contamination check would stop the run); one that near-copies both sides is held out.
+    near = near_copy_roots(records, policy.minhash_config(), known=ledger.state().sides)
+    clean = [root not in near.torn for root in task_roots(records)]
+    torn = [torn_row(record) for record, ok in zip(records, clean, strict=True) if not ok]
+    for row in torn:
+        context.log.warning(f"held back {row['task_id']} ({row['family']}): {row['reason']}.")
+    kept, records = kept[clean], [record for record, ok in zip(records, clean, strict=True) if ok]
+    held_back = frame_from_records([*vouching.held_back, *torn], HELD_BACK_COLUMNS)
+    entry = ledger.assign(kept, policy.split_config(), run_id=context.run.run_id, follows=near.follows)
     for note in entry.notes:
         context.log.warning(f"split: {note}")
     plan, state = entry.plan, entry.state

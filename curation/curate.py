@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from curation.dedup import DedupIndex, DedupLabel, MinHashConfig, label_duplicates, near_duplicate_pairs
@@ -96,16 +97,25 @@ def index_tasks(tasks: Sequence[Mapping[str, Any]], index: DedupIndex) -> int:
     return index.commit()
 
 
+@dataclass(frozen=True)
+class NearCopies:
+    """What `near_copy_roots` found: failure roots that take another root's side, and those that cannot."""
+
+    follows: dict[str, str] = field(default_factory=dict)  # failure root -> the root whose side it takes
+    torn: frozenset[str] = frozenset()  # failure roots near-copying roots on both sides: no side is clean
+
+
 def near_copy_roots(
     tasks: Sequence[Mapping[str, Any]], config: MinHashConfig, known: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """Production-failure roots that are near-copies of another root's task -> the root whose side they must take.
+) -> NearCopies:
+    """Production-failure roots that are near-copies of another root's task, and the root whose side they take.
 
     A failure no seed explains is its own lineage root, so a user asking a seed's question with other numbers
     would be split on its own and could land in training while the seed's variants are held out (the contamination
     check then stops the run). Roots joined by near-duplicate texts (MinHash at `config`, gold ignored: a near-copy
     with another answer still teaches the eval item) form groups; each failure root follows its group's leader:
-    a root with a side already (`known`), else a seed root, else the smallest root id.
+    a root with a side already (`known`), else a seed root, else the smallest root id. A group whose known roots
+    sit on both sides has no clean side for its new failure roots: they are `torn` (hold them out of the split).
 
     Args:
         tasks: task records of one split (any mix of seeds, variants, failures).
@@ -113,14 +123,15 @@ def near_copy_roots(
         known: root -> side from earlier splits; such roots lead, and never follow.
 
     Returns:
-        failure root -> leader, for failure roots in a group with another root and not in `known`.
+        `follows`: failure root -> leader, for failure roots in a group with another root and not in `known`;
+        `torn`: the new failure roots of groups whose known roots disagree.
 
     Example:
         >>> def task(task_id, apples, lineage):
         ...     text = f"Ann has {apples} apples and buys 4 more at the market. How many apples does she have now?"
         ...     return {"task_id": task_id, "prompt": [{"role": "user", "content": text}], "lineage": lineage}
         >>> seed, failure = task("s", 3, {"seed_id": "s"}), task("f", 5, {"failure_id": "f1"})
-        >>> near_copy_roots([seed, failure], MinHashConfig(threshold=0.5))
+        >>> near_copy_roots([seed, failure], MinHashConfig(threshold=0.5)).follows
         {'f1': 's'}
     """
     known = known or {}
@@ -129,7 +140,7 @@ def near_copy_roots(
     failures -= {r for r, t in zip(roots, tasks, strict=True) if "seed_id" in lineage_ids(t)}
     candidates = [i for i, root in enumerate(roots) if root in failures and root not in known]
     if not candidates:
-        return {}
+        return NearCopies()
     texts = [task_text(t) for t in tasks]
     parent = {root: root for root in roots}
 
@@ -146,10 +157,33 @@ def near_copy_roots(
     groups: dict[str, list[str]] = {}
     for root in dict.fromkeys(roots):
         groups.setdefault(find(root), []).append(root)
-    follows = {}
+    follows: dict[str, str] = {}
+    torn: set[str] = set()
     for members in groups.values():
         if len(members) < 2:
             continue
+        new = [r for r in members if r in failures and r not in known]
+        if len({known[r] for r in members if r in known}) > 1:
+            torn.update(new)
+            continue
         leader = min(members, key=lambda r: (r not in known, r in failures, r))
-        follows.update({r: leader for r in members if r in failures and r not in known and r != leader})
-    return follows
+        follows.update({r: leader for r in new if r != leader})
+    return NearCopies(follows, frozenset(torn))
+
+
+def torn_row(task: Mapping[str, Any]) -> dict[str, Any]:
+    """A held-back row (`curation.vouching.HELD_BACK_COLUMNS`) for a task of a `NearCopies.torn` root.
+
+    Example:
+        >>> torn_row({"task_id": "t", "family": "sql", "lineage": {"generator": None}})["reason"][:30]
+        'a production failure that near'
+    """
+    generator = (task.get("lineage") or {}).get("generator") or {}
+    return {
+        "task_id": task["task_id"],
+        "family": task["family"],
+        "generator": generator.get("name"),
+        "checks": None,
+        "judge_verdict": None,
+        "reason": "a production failure that near-copies tasks on both sides of the split: held out of both",
+    }

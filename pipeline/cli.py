@@ -476,7 +476,8 @@ def splits_resplit(salt: str, note: str, yes: bool, home: Path | None) -> None:
     policy = CurationPolicy()
     config = replace(policy.split_config(), salt=salt)
     pinned = set(trained_tasks(settings.home / CHECKPOINTS_FOLDER)["root"])
-    follows = near_copy_roots(records_from_frame(tasks), policy.minhash_config(), known=dict.fromkeys(pinned, "train"))
+    known = dict.fromkeys(pinned, "train")
+    follows = near_copy_roots(records_from_frame(tasks), policy.minhash_config(), known=known).follows
     who = f"cli:{getpass.getuser()}"
     entry = ledger.resplit(tasks, config, pinned=pinned, run_id=who, note=note, commit=yes, follows=follows)
     changes = [f"{root}: {was} -> {now}" for root, (was, now) in sorted(entry.moved.items())]
