@@ -39,7 +39,7 @@ ASSETS = {
     *("reward_audit", "sft_checkpoint", "difficulty_profile", "grpo_checkpoint", "checkpoint_eval", "promotion"),
     *("training_budget", "budget_calibration", "episodes"),
     "preference_pairs",
-    *("failure_tasks", "review_queue", "failure_eval"),  # failure_logs is per file: ingested before the run
+    *("failure_tasks", "review_queue", "failure_eval", "failure_rates"),  # failure_logs is per file: ingested first
 }
 CHECKS = {
     ("seed_files_clean", True, "passed"),
