@@ -183,11 +183,12 @@ def _night(
             progress=progress(f"night {night}: answered"),
         )
     name = f"traffic-night-{night:03d}.jsonl"
-    inbox = FailureInbox(path=settings.failure_inbox, quarantine=settings.failure_quarantine)
+    definitions = build_definitions(settings)
+    inbox: FailureInbox = definitions.resources["inbox"]
     inbox.deliver(name, "".join(json.dumps(line) + "\n" for line in lines).encode())
     echo(f"night {night}: delivered {name} ({len(lines)} interactions) to the inbox; the nightly path runs")
 
-    for partition in _inbox_tick(settings):
+    for partition in _inbox_tick(settings, definitions):
         logs = " or ".join(f"key:{k}" for k in LOG_ASSETS)
         _check(materialize(settings, logs, resources=overrides, partition=partition), partition)
     summary = _check(materialize(settings, resources=overrides, job="flywheel_job"), "flywheel_job")
@@ -203,10 +204,9 @@ def _pool(path: Path, seeds: SeedRepository, config: SimulationConfig, known: se
     return pool
 
 
-def _inbox_tick(settings: Settings) -> list[str]:
+def _inbox_tick(settings: Settings, definitions: dg.Definitions) -> list[str]:
     """One tick of the `failure_inbox` sensor, as the daemon would run it: its new partitions are added, and the
     partitions it requests runs for are returned."""
-    definitions = build_definitions(settings)
     sensor = definitions.resolve_sensor_def("failure_inbox")
     with dispositions_kept(), open_instance(settings) as instance:
         context = dg.build_sensor_context(instance=instance, resources=definitions.resources)

@@ -144,6 +144,8 @@ def test_judging_killed_mid_run_resumes_without_repeating_calls(killable, seed_t
     # The judge's input, planted: the seeds as the deduplicated table, none a duplicate.
     planted = frame_from_records(seed_tasks, TASK_FIELDS).assign(is_duplicate=False)
     write_table(planted, settings.home / "deduplicated_tasks.parquet")
+    # And a calibration made before, whose verdict on the judge the labels carry.
+    write_table(pd.DataFrame({"calibration_passed": [True]}), settings.home / "judge_calibration.parquet")
     resources = {"judge": {"max_per_family": CALLS}, "llm": ONE_SHORT_ANSWER_AT_A_TIME}  # a call per task
     run_and_kill(settings, "key:judged_tasks", until=lambda: llm_cache_rows(settings) >= 1, resources=resources)
     assert leftover_processes(settings) == []
