@@ -4,7 +4,7 @@ that keep every write under a test's own folder."""
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from pipeline.settings import Settings, default_models_dir
@@ -29,6 +29,18 @@ def quickstart_settings(root: Path) -> Settings:
         seeds_dir=SEEDS,
         dagster_home=root / "dagster",
         models_dir=REAL_MODELS_DIR,
+    )
+
+
+def tiny_settings(root: Path, env: Mapping[str, str], families: Sequence[str]) -> Settings:
+    """Quickstart settings with the tiny model (`env`: the `tiny_models_env` fixture) over a copy of the seed sets
+    of `families` and their audit items, storage and Dagster instance under `root`."""
+    return Settings.from_env(
+        env,
+        profile="quickstart",
+        home=root / "home",
+        seeds_dir=copy_seeds(root / "seeds", families, audit=families),
+        dagster_home=root / "dagster",
     )
 
 

@@ -31,7 +31,7 @@ from pipeline.instance import EXCLUSIVE_TAG, open_instance
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.outputs import assert_consistent_state, assert_whole_files
-from tests.paths import REPO, copy_seeds
+from tests.paths import REPO, tiny_settings
 from tests.services import graphql, seedwheel_ui
 
 pytestmark = pytest.mark.slow
@@ -84,13 +84,7 @@ query Metadata($runId: ID!) {
 @pytest.fixture
 def settings(tmp_path: Path, tiny_models_env: dict[str, str]) -> Settings:
     """Quickstart settings over a seeds folder with the tool-call seeds and their audit items only (tiny model)."""
-    return Settings.from_env(
-        tiny_models_env,
-        profile="quickstart",
-        home=tmp_path / "home",
-        seeds_dir=copy_seeds(tmp_path / "seeds", ["tool_call"], audit=["tool_call"]),
-        dagster_home=tmp_path / "dagster",
-    )
+    return tiny_settings(tmp_path, tiny_models_env, ["tool_call"])
 
 
 def test_two_scheduled_regenerations_run_one_after_the_other(settings: Settings) -> None:

@@ -20,7 +20,7 @@ from pipeline.settings import Settings
 from pipeline.simulate import NIGHT_COLUMNS, SimulationConfig
 from pipeline.simulate import simulate as run_nights
 from simulation import is_held_out
-from tests.paths import copy_seeds
+from tests.paths import tiny_settings
 from validators.tables import read_table, records_from_frame
 
 pytestmark = pytest.mark.slow
@@ -31,13 +31,7 @@ SPLITS = ("train_tasks", "eval_tasks", "failure_eval")
 @pytest.fixture
 def settings(tmp_path: Path, tiny_models_env: dict[str, str]) -> Settings:
     """Quickstart settings over the arithmetic and SQL seeds (tiny model)."""
-    return Settings.from_env(
-        tiny_models_env,
-        profile="quickstart",
-        home=tmp_path / "home",
-        seeds_dir=copy_seeds(tmp_path / "seeds", ["arithmetic", "sql"], audit=["arithmetic", "sql"]),
-        dagster_home=tmp_path / "dagster",
-    )
+    return tiny_settings(tmp_path, tiny_models_env, ["arithmetic", "sql"])
 
 
 # The tiny random model solves nothing, so no task is within its reach: GRPO trains on unprofiled tasks too.

@@ -172,21 +172,34 @@ def judged(tasks: list[dict], calibrated: bool = True) -> list[dict]:
     return [{**t, **labels, "judge_rationale": "fine"} for t in tasks]
 
 
-def test_decontamination_blocks_an_eval_paraphrase_planted_in_training(settings):
+def arithmetic_tasks_and_an_eval_item(settings) -> tuple[list[dict], dict]:
+    """The arithmetic seeds as task records, and one that the split holds out."""
     seeds_dir = settings.seeds_dir
     seeds = load_seeds([seeds_dir / "arithmetic"], root=seeds_dir.parent, context=VerifyContext(seeds_dir=seeds_dir))
     tasks = [{k: t[k] for k in TASK_FIELDS} for t in seeds.tasks]
     plan = plan_splits(tasks, SplitConfig())
-    eval_item = next(t for t, side in zip(tasks, plan.splits, strict=True) if side == "eval")
-    # A near-copy of the eval item posing as an unrelated seed (its own lineage root) that hashes to train.
+    return tasks, next(t for t, side in zip(tasks, plan.splits, strict=True) if side == "eval")
+
+
+def near_copy_hashed_to_train(tasks: list[dict], eval_item: dict, lineage_of) -> dict:
+    """A near-copy of `eval_item` (one sentence marked ` (n)`) whose own lineage root, `lineage_of(task_id, n)`,
+    the split's hash alone would put in train."""
     for n in range(100):
         text = eval_item["prompt"][-1]["content"].replace(".", f" ({n}).", 1)
         prompt = [*eval_item["prompt"][:-1], {"role": "user", "content": text}]
         task_id = compute_task_id(prompt, eval_item["verifier"])
-        lineage = {**eval_item["lineage"], "seed_id": task_id}
-        planted = {**eval_item, "task_id": task_id, "prompt": prompt, "lineage": lineage}
-        if plan_splits([*tasks, planted], SplitConfig()).splits[-1] == "train":
-            break
+        copy = {**eval_item, "task_id": task_id, "prompt": prompt, "lineage": lineage_of(task_id, n)}
+        if plan_splits([*tasks, copy], SplitConfig()).splits[-1] == "train":
+            return copy
+    raise AssertionError("no near-copy of the eval item hashes to train in 100 tries")
+
+
+def test_decontamination_blocks_an_eval_paraphrase_planted_in_training(settings):
+    tasks, eval_item = arithmetic_tasks_and_an_eval_item(settings)
+    # A near-copy of the eval item posing as an unrelated seed (its own lineage root) that hashes to train.
+    planted = near_copy_hashed_to_train(
+        tasks, eval_item, lambda task_id, n: {**eval_item["lineage"], "seed_id": task_id}
+    )
     write_table(frame_from_records(judged([*tasks, planted])), settings.home / "judged_tasks.parquet")
     summary = materialize(settings, "train_tasks")
     assert ("no_eval_contamination", False, "ERROR") in summary.checks
@@ -216,20 +229,10 @@ def test_a_failure_asking_a_seeds_exact_question_is_validated_once(settings, ari
 
 
 def test_a_failure_that_near_copies_an_eval_item_is_held_out_with_it(settings):
-    seeds_dir = settings.seeds_dir
-    seeds = load_seeds([seeds_dir / "arithmetic"], root=seeds_dir.parent, context=VerifyContext(seeds_dir=seeds_dir))
-    tasks = [{k: t[k] for k in TASK_FIELDS} for t in seeds.tasks]
-    plan = plan_splits(tasks, SplitConfig())
-    eval_item = next(t for t, side in zip(tasks, plan.splits, strict=True) if side == "eval")
+    tasks, eval_item = arithmetic_tasks_and_an_eval_item(settings)
     # A production failure (its own lineage root) that near-copies the eval item and would hash to train.
-    for n in range(100):
-        text = eval_item["prompt"][-1]["content"].replace(".", f" ({n}).", 1)
-        prompt = [*eval_item["prompt"][:-1], {"role": "user", "content": text}]
-        task_id = compute_task_id(prompt, eval_item["verifier"])
-        lineage = {"seed_id": None, "parent_id": None, "generator": None, "source": "production_failure"}
-        failure = {**eval_item, "task_id": task_id, "prompt": prompt, "lineage": {**lineage, "failure_id": f"f{n}"}}
-        if plan_splits([*tasks, failure], SplitConfig()).splits[-1] == "train":
-            break
+    lineage = {"seed_id": None, "parent_id": None, "generator": None, "source": "production_failure"}
+    failure = near_copy_hashed_to_train(tasks, eval_item, lambda task_id, n: {**lineage, "failure_id": f"f{n}"})
     write_table(frame_from_records(judged([*tasks, failure])), settings.home / "judged_tasks.parquet")
     summary = materialize(settings, "train_tasks")
     assert summary.success, summary.failures
