@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from curation.dedup import DedupIndex, DedupLabel, MinHashConfig, label_duplicates, near_duplicate_pairs
-from curation.splits import lineage_ids, task_roots
+from curation.splits import failure_roots, task_roots
 from validators.tasks import canonical_json
 
 
@@ -136,8 +136,7 @@ def near_copy_roots(
     """
     known = known or {}
     roots = task_roots(tasks)
-    failures = {r for r, t in zip(roots, tasks, strict=True) if "seed_id" not in lineage_ids(t)}
-    failures -= {r for r, t in zip(roots, tasks, strict=True) if "seed_id" in lineage_ids(t)}
+    failures = failure_roots(roots, tasks)
     candidates = [i for i, root in enumerate(roots) if root in failures and root not in known]
     if not candidates:
         return NearCopies()

@@ -282,6 +282,19 @@ def _stratum_of(root: str, members: list[Mapping[str, Any]], fields: Sequence[st
     return tuple(values)
 
 
+def failure_roots(roots: Sequence[str], tasks: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The roots (`task_roots(tasks)`) that are production failures: seeds name a group first, so a root is a
+    failure exactly when none of its tasks has a seed_id.
+
+    Example:
+        >>> tasks = [{"lineage": {"seed_id": "s"}}, {"lineage": {"failure_id": "f"}}]
+        >>> failure_roots(task_roots(tasks), tasks)
+        {'f'}
+    """
+    seeded = {root for root, task in zip(roots, tasks, strict=True) if "seed_id" in lineage_ids(task)}
+    return set(roots) - seeded
+
+
 def plan_splits(
     tasks: pd.DataFrame | Iterable[Mapping[str, Any]],
     config: SplitConfig,
@@ -316,8 +329,7 @@ def plan_splits(
     members: dict[str, list[Mapping[str, Any]]] = {}
     for root, task in zip(roots, records, strict=True):
         members.setdefault(root, []).append(task)
-    # Seeds name a group first, so a root is a production failure exactly when none of its tasks has a seed_id.
-    failures = {root for root, group in members.items() if not any("seed_id" in lineage_ids(t) for t in group)}
+    failures = failure_roots(roots, records)
     strata: dict[tuple[Any, ...], list[str]] = {}
     for root, group in members.items():
         stratum = (FAILURE,) if root in failures else (SEED, *_stratum_of(root, group, config.stratify_by))
