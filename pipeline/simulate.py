@@ -30,7 +30,6 @@ import dagster as dg
 from assets.failures import LOG_ASSETS
 from core.errors import SeedwheelError
 from core.signals import dispositions_kept
-from failures import rate_table, traffic_rows
 from failures.traffic import ALL
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
@@ -192,7 +191,7 @@ def _night(
         logs = " or ".join(f"key:{k}" for k in LOG_ASSETS)
         _check(materialize(settings, logs, resources=overrides, partition=partition), partition)
     summary = _check(materialize(settings, resources=overrides, job="flywheel_job"), "flywheel_job")
-    return _record(settings.home, night, label, name, lines, summary)
+    return _record(settings.home, night, label, name, summary)
 
 
 def _pool(path: Path, seeds: SeedRepository, config: SimulationConfig, known: set[str]) -> list[dict[str, Any]]:
@@ -235,11 +234,11 @@ def _stored_ids(home: Path) -> set[str]:
     return ids
 
 
-def _record(
-    home: Path, night: int, label: str, log: str, lines: list[dict[str, Any]], summary: RunSummary
-) -> dict[str, Any]:
-    rows = traffic_rows([{**line, "failure_id": str(i), "origin": f"{log}:{i}"} for i, line in enumerate(lines)], log)
-    [overall] = [r for r in rate_table(rows) if r["night"] == 0 and r["family"] == ALL]
+def _record(home: Path, night: int, label: str, log: str, summary: RunSummary) -> dict[str, Any]:
+    """The night's record, from what the nightly path stored: its log's row of `failure_rates`, its failures, the
+    failure tasks derived from them, the GRPO manifest and the gate's decision."""
+    rates = read_table(home / "failure_rates.parquet")
+    [overall] = records_from_frame(rates[(rates["log"] == log) & (rates["model"] == label) & (rates["family"] == ALL)])
     failure_ids = set(read_table(home / "failure_logs" / f"{log}.parquet")["failure_id"])
     derived = records_from_frame(read_table(home / "failure_tasks.parquet"))
     meta = {asset.key: asset.metadata for asset in summary.assets}
