@@ -196,7 +196,8 @@ def test_a_killed_launcher_takes_its_server_down(tmp_path: Path) -> None:
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(script), str(child_file), str(tmp_path)])
     try:
         deadline = time.monotonic() + 60
-        while not (group_file.exists() and child_file.exists() and child_file.read_text()):
+        # Each file is created before it is written: an empty one is not yet a pid.
+        while not all(path.exists() and path.read_text() for path in (group_file, child_file)):
             assert launcher.poll() is None and time.monotonic() < deadline, "the launcher never started its server"
             time.sleep(0.1)
         group, child = int(group_file.read_text()), int(child_file.read_text())
