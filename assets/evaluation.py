@@ -41,7 +41,7 @@ def checkpoint_eval(
     """Baseline and candidate sampled on the eval tasks and scored by their verifiers: one row per completion (an
     episode task's: one per episode, played turn by turn).
 
-    Every held-out production failure is evaluated, also when `max_per_family` samples the rest.
+    Every held-out production failure is evaluated, also when `max_tasks` samples the rest.
     """
     tasks = gate.eval_tasks(eval_tasks, failure_eval)
     failure_ids = set(failure_eval["task_id"])

@@ -462,6 +462,27 @@ def lineage_leaks(
     return leaks
 
 
+def hash_sample(tasks: Sequence[Mapping[str, Any]], limit: int | None, salt: str) -> list[int]:
+    """Indexes of a uniform sample of `limit` tasks: those whose task_id hashes lowest under `salt`, in order.
+
+    Nothing about a model enters the choice, so an evaluation on it is an unbiased estimate over `tasks`; the same
+    tasks come back on every machine and run, and a task added later displaces one only if it hashes lower.
+
+    Example:
+        >>> tasks = [{"task_id": str(i)} for i in range(10)]
+        >>> hash_sample(tasks, 3, "gate")
+        [0, 8, 9]
+        >>> [tasks[::-1][i]["task_id"] for i in hash_sample(tasks[::-1], 3, "gate")]  # the same tasks, any order
+        ['9', '8', '0']
+        >>> hash_sample(tasks, None, "gate") == list(range(10))
+        True
+    """
+    if limit is None:
+        return list(range(len(tasks)))
+    ranked = sorted(range(len(tasks)), key=lambda i: (root_hash(tasks[i]["task_id"], salt), tasks[i]["task_id"]))
+    return sorted(ranked[:limit])
+
+
 def first_per_family(tasks: Sequence[Mapping[str, Any]], limit: int | None) -> list[int]:
     """Indexes of a stable per-family sample: all tasks, or the `limit` easiest of each family.
 

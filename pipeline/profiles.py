@@ -74,16 +74,18 @@ def quickstart(settings: Settings) -> ProfileResources:
         # A 135M judge is a poor judge (its kappa is reported and warned about): its labels are shown, not used to
         # filter; one task and one audit item per family, judged once, keep the quickstart within minutes.
         judge=JudgePolicy(use_labels="all", max_per_family=1, calibration_per_family=1, calibration_samples=1),
-        # A short SFT warm-up on the references, a difficulty profile of the 3 easiest tasks per family (the
+        # An SFT warm-up of 4 steps x 8 references of at most 256 tokens (longer ones are cut there, and those
+        # whose answer is cut away entirely are dropped: on 2 cores the long tool-call prompts would cost minutes
+        # a step), which teaches the answer formats (8 steps at 5e-5 measured the same gate); a difficulty profile of the 3 easiest tasks per family (the
         # contact-extraction seeds are the ones it solves sometimes), and two GRPO steps on the learnable ones
         # alone, 4 completions per prompt so that a group's rewards can differ. Sampling at 0.7 everywhere: at 1.0
         # over the full distribution a 135M model's answers fall apart.
         training=TrainingPolicy(
             **_training(settings),
-            sft_max_steps=2,
-            sft_learning_rate=1e-5,
-            sft_batch_size=2,
-            sft_max_length=512,
+            sft_max_steps=4,
+            sft_learning_rate=1e-4,
+            sft_batch_size=8,
+            sft_max_length=256,
             difficulty_k=4,
             difficulty_max_new_tokens=48,
             difficulty_batch_size=16,
@@ -103,17 +105,17 @@ def quickstart(settings: Settings) -> ProfileResources:
                 "save_steps": 2,
             },
         ),
-        # The easiest eval task of each family (and every held-out production failure), 4 samples each: the
-        # decision is real and made from real completions; two GRPO steps cannot be shown to help on so few
-        # tasks, and the gate says so. Batches of 16 completions (4 tasks): fewer decode loops than 8
-        # (checkpoint_eval ~10% faster, the same completions); 32 was slower, every row then reading the longest
-        # prompt's padded KV cache.
+        # A uniform sample of 24 eval tasks by task-id hash (and every held-out production failure on top), so
+        # the decision stands on more than the gate's min_tasks=20 paired tasks, chosen without looking at any
+        # answer; 2 samples each keep both models' evaluation within minutes. Batches of 16 completions: fewer
+        # decode loops than 8 (~10% faster, the same completions); 32 was slower, every row then reading the
+        # longest prompt's padded KV cache.
         gate=PromotionGate(
             registry_path=_registry(settings),
-            samples=4,
+            samples=2,
             max_new_tokens=48,
             temperature=0.7,
-            max_per_family=1,
+            max_tasks=24,
             batch_size=16,
             episode_max_turns=4,  # as the training episodes: a 135M model that loops calls stops early
         ),

@@ -34,7 +34,7 @@ from core.state import StateStore
 from curation.dedup import DedupIndex, MinHashConfig
 from curation.shards import ShardConfig
 from curation.split_ledger import SplitLedger
-from curation.splits import SplitConfig, first_per_family
+from curation.splits import SplitConfig, hash_sample
 from generators.rewrite import REWRITE_KINDS
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from llm import LOCAL_PLACEHOLDER_URL, Endpoint, EndpointConfig, LLMClient
@@ -579,6 +579,10 @@ class TrainingPolicy(dg.ConfigurableResource):
         return ", ".join(f"{key}={value}" for key, value in played.items())
 
 
+# The salt of the gate's eval sample: one fixed sample of task ids, independent of the split's salt.
+GATE_SAMPLE_SALT = "gate-sample-v1"
+
+
 class PromotionGate(dg.ConfigurableResource):
     """How a checkpoint is evaluated against the baseline, and what it must show to be promoted."""
 
@@ -586,7 +590,9 @@ class PromotionGate(dg.ConfigurableResource):
     max_new_tokens: int = 512
     temperature: float = 1.0
     seed: int = 0
-    max_per_family: int | None = None  # evaluate at most this many eval tasks per family (None: all)
+    # Evaluate a uniform sample of at most this many eval tasks, chosen by a hash of each task id
+    # (`curation.splits.hash_sample`), never by any model's answers. None: every eval task.
+    max_tasks: int | None = None
     batch_size: int = 8  # completions generated together (a task's samples share one batch)
     # `episode` eval tasks are played turn by turn (`training.episodes`), each at most this many turns. None: each
     # task's own limit, the task as defined; a lower cap is cheaper and changes what passing means, for both models.
@@ -609,11 +615,11 @@ class PromotionGate(dg.ConfigurableResource):
         return PromotionRegistry(self.registry_path, store)
 
     def eval_tasks(self, eval_tasks: pd.DataFrame, failure_eval: pd.DataFrame) -> list[dict[str, Any]]:
-        """The eval tasks `checkpoint_eval` scores, as task records in split order: the first `max_per_family` of
-        each family (`curation.splits.first_per_family`), and every held-out production failure."""
+        """The eval tasks `checkpoint_eval` scores, as task records in split order: a uniform sample of
+        `max_tasks` (`curation.splits.hash_sample`), and every held-out production failure on top."""
         tasks = records_from_frame(eval_tasks[list(TASK_FIELDS)])
         failure_ids = set(failure_eval["task_id"])
-        chosen = set(first_per_family(tasks, self.max_per_family))
+        chosen = set(hash_sample(tasks, self.max_tasks, GATE_SAMPLE_SALT))
         return [task for i, task in enumerate(tasks) if i in chosen or task["task_id"] in failure_ids]
 
 

@@ -37,7 +37,7 @@ from pipeline.profiles import profile_resources
 from pipeline.resources import FailureInbox, LLMEndpoint, PromotionGate, SeedRepository, StorageRoot, TrainingPolicy
 from pipeline.runs import RunSummary, materialize
 from pipeline.settings import Settings
-from simulation import build_pool, draw, model_label, serve_night
+from simulation import build_pool, draw, is_held_out, model_label, serve_night
 from validators.tables import atomic_write, frame_from_records, read_table, records_from_frame, write_table
 from validators.tasks import TASK_FIELDS
 
@@ -49,7 +49,7 @@ NIGHTS_FILE = "nights.jsonl"
 # Tables whose task ids a pool request must never be: the seeds, their variants, every split.
 KNOWN_TABLES = ("seed_tasks", "task_variants", "failure_tasks", "train_tasks", "eval_tasks", "failure_eval")
 NIGHT_COLUMNS = (
-    "night", "model", "served", "failed", "failure_rate", "failure_rate_low", "failure_rate_high",
+    "night", "model", "model_path", "served", "failed", "failure_rate", "failure_rate_low", "failure_rate_high",
     "failures_ingested", "tasks_derived", "trained_on", "decision", "promoted", "failures_fixed", "failures_broken",
     "run_id",
 )  # fmt: skip
@@ -150,11 +150,7 @@ def _night(
     progress: Progress,
     overrides: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    resources = profile_resources(settings).resources()
-    training: TrainingPolicy = resources["training"]
-    gate: PromotionGate = resources["gate"]
-    storage = StorageRoot(root=str(settings.home))
-    served = gate.registry(storage.state()).baseline(training.model())
+    served = deployed_model(settings)
     label = model_label(served)
 
     known = _stored_ids(settings.home)
@@ -168,19 +164,9 @@ def _night(
             f"{config.pool_per_seed}"
         )
     echo(f"night {night}: serving {len(requests)} requests with {label}")
-    llm: LLMEndpoint = resources["llm"]
-    app_endpoint = llm.model_copy(update={"base_url": "", "model": served}).endpoint()
-    with app_endpoint as endpoint:
-        lines = serve_night(
-            endpoint.client(),
-            requests,
-            model=label,
-            night=night,
-            clock=lambda: datetime.now(UTC),
-            context=seeds.verify_context(),
-            params={"temperature": config.temperature, "max_tokens": config.max_tokens},
-            progress=progress(f"night {night}: answered"),
-        )
+    lines = serve(
+        settings, served, requests, night=night, config=config, progress=progress(f"night {night}: answered")
+    )
     name = f"traffic-night-{night:03d}.jsonl"
     definitions = build_definitions(settings)
     inbox: FailureInbox = definitions.resources["inbox"]
@@ -191,7 +177,49 @@ def _night(
         logs = " or ".join(f"key:{k}" for k in LOG_ASSETS)
         _check(materialize(settings, logs, resources=overrides, partition=partition), partition)
     summary = _check(materialize(settings, resources=overrides, job="flywheel_job"), "flywheel_job")
-    return _record(settings.home, night, label, name, summary)
+    return _record(settings.home, night, served, name, summary)
+
+
+def deployed_model(settings: Settings) -> str:
+    """The model the app serves: the promotion record's current model, else the base model."""
+    resources = profile_resources(settings).resources()
+    training: TrainingPolicy = resources["training"]
+    gate: PromotionGate = resources["gate"]
+    return gate.registry(StorageRoot(root=str(settings.home)).state()).baseline(training.model())
+
+
+def serve(
+    settings: Settings,
+    model: str,
+    tasks: list[dict[str, Any]],
+    *,
+    night: int,
+    config: SimulationConfig,
+    progress: Callable[[int, int], None],
+) -> list[dict[str, Any]]:
+    """The stand-in app's answers to `tasks` with `model` (a local server through the LLM endpoint resource's own
+    machinery), each verified: one traffic-log record per task, in order (`simulation.serve_night`)."""
+    llm: LLMEndpoint = profile_resources(settings).resources()["llm"]
+    with llm.model_copy(update={"base_url": "", "model": model}).endpoint() as endpoint:
+        return serve_night(
+            endpoint.client(),
+            tasks,
+            model=model_label(model),
+            night=night,
+            clock=lambda: datetime.now(UTC),
+            context=SeedRepository(path=str(settings.seeds_dir)).verify_context(),
+            params={"temperature": config.temperature, "max_tokens": config.max_tokens},
+            progress=progress,
+        )
+
+
+def held_out_pool(settings: Settings) -> list[dict[str, Any]]:
+    """The stored traffic pool's held-out requests (`simulation.is_held_out`): never served on a night, so a
+    model can be measured on traffic no night's failures taught it. Empty before the first night."""
+    path = Path(settings.home) / SIMULATION_FOLDER / POOL_FILE
+    if not path.exists():
+        return []
+    return [task for task in records_from_frame(read_table(path)) if is_held_out(task["task_id"])]
 
 
 def _pool(path: Path, seeds: SeedRepository, config: SimulationConfig, known: set[str]) -> list[dict[str, Any]]:
@@ -234,10 +262,11 @@ def _stored_ids(home: Path) -> set[str]:
     return ids
 
 
-def _record(home: Path, night: int, label: str, log: str, summary: RunSummary) -> dict[str, Any]:
+def _record(home: Path, night: int, served: str, log: str, summary: RunSummary) -> dict[str, Any]:
     """The night's record, from what the nightly path stored: its log's row of `failure_rates`, its failures, the
     failure tasks derived from them, the GRPO manifest and the gate's decision."""
     rates = read_table(home / "failure_rates.parquet")
+    label = model_label(served)
     [overall] = records_from_frame(rates[(rates["log"] == log) & (rates["model"] == label) & (rates["family"] == ALL)])
     failure_ids = set(read_table(home / "failure_logs" / f"{log}.parquet")["failure_id"])
     derived = records_from_frame(read_table(home / "failure_tasks.parquet"))
@@ -247,6 +276,7 @@ def _record(home: Path, night: int, label: str, log: str, summary: RunSummary) -
     return {
         "night": night,
         "model": label,
+        "model_path": served,
         **{key: overall[key] for key in ("served", "failed", "failure_rate", "failure_rate_low", "failure_rate_high")},
         "failures_ingested": len(failure_ids),
         "tasks_derived": sum(t["lineage"]["failure_id"] in failure_ids for t in derived),

@@ -22,6 +22,7 @@ from curation.splits import task_roots
 from generators.rewrite import CHECKS_VERSION, REWRITE_SCHEMA
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
+from pipeline.profiles import profile_resources
 from pipeline.resources import CHECKPOINTS_FOLDER
 from pipeline.runs import RunSummary, materialize, run_summary
 from pipeline.settings import Settings
@@ -273,7 +274,15 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     assert weights_differ(Path(sft["checkpoint"]), Path(grpo["checkpoint"]))
     evaluation = read_table(settings.home / "checkpoint_eval.parquet")
     assert set(evaluation["role"]) == {"baseline", "candidate"}
-    assert set(evaluation["family"]) == set(read_table(settings.home / "eval_tasks.parquet")["family"])
+    # Both models on the gate's uniform sample of the eval split (by task-id hash) and every held-out failure:
+    # more paired tasks than the gate's min_tasks, so the decision is not "too few to judge".
+    gate = profile_resources(settings).gate
+    chosen = gate.eval_tasks(
+        *(read_table(settings.home / f"{name}.parquet") for name in ("eval_tasks", "failure_eval"))
+    )
+    per_role = evaluation.groupby("role")["task_id"].agg(set)
+    assert per_role["baseline"] == per_role["candidate"] == {t["task_id"] for t in chosen}
+    assert len(chosen) >= gate.policy().min_tasks
     # Both models pass some eval tasks: the promotion decision compares real pass rates, not 0 with 0.
     passed = evaluation.groupby("role")["passed"].sum()
     assert passed["baseline"] > 0 and passed["candidate"] > 0

@@ -17,7 +17,7 @@ from failures import wilson_interval
 from pipeline.profiles import profile_resources
 from pipeline.resources import StorageRoot
 from pipeline.settings import Settings
-from pipeline.simulate import NIGHT_COLUMNS, SimulationConfig
+from pipeline.simulate import NIGHT_COLUMNS, SimulationConfig, deployed_model, held_out_pool
 from pipeline.simulate import simulate as run_nights
 from simulation import is_held_out
 from tests.paths import tiny_settings
@@ -82,12 +82,16 @@ def test_two_nights_close_the_loop_through_the_inbox(settings: Settings, tmp_pat
     second = simulate(settings)
     nights = [json.loads(line) for line in (home / "simulation" / "nights.jsonl").read_text().splitlines()]
     assert [n["night"] for n in nights] == [1, 2] and nights[1]["model"] == "grpo-promoted"
+    assert nights[1]["model_path"] == str(promoted) == deployed_model(settings)
     assert "night 2: grpo-promoted served 12" in second
     night2_traffic = read_table(home / "production_traffic" / "traffic-night-002.jsonl.parquet")
     assert set(night2_traffic["model"]) == {"grpo-promoted"}
     # No request served on night 2 was in a split by then (night 1's failures were), nor held out.
     assert served_requests(home, 2) and not served_requests(home, 2) & in_splits
     assert not any(is_held_out(request) for request in served_requests(home, 2))
+    # The held-out share is what a model is measured on afterwards (bench/flywheel_nights.py): the pool's own.
+    held_out = {task["task_id"] for task in held_out_pool(settings)}
+    assert held_out and held_out < pool and all(is_held_out(request) for request in held_out)
 
 
 def served_requests(home: Path, night: int) -> set[str]:

@@ -764,7 +764,7 @@ def _advice(
         if gate.eval_tasks < gate.min_tasks:
             advice.append(
                 f"{gate.eval_tasks} eval tasks < the gate's min_tasks={gate.min_tasks}: the gate cannot promote "
-                "whatever the run achieves; evaluate more tasks (PromotionGate.max_per_family, the eval split)"
+                "whatever the run achieves; evaluate more tasks (PromotionGate.max_tasks, the eval split)"
             )
         if plan.detectable_difference > gate.min_improvement + limits.target_difference:
             advice.append(

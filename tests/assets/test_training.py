@@ -450,7 +450,7 @@ def s3_training(model: Path) -> dict[str, dict[str, Any]]:
     training = {"base_model": str(model), "sft_max_steps": 2, "sft_batch_size": 2, "grpo": grpo}
     return {
         **profile_overrides(difficulty_max_per_family=1, grpo_unprofiled=True, **training),
-        "gate": {"samples": 1, "max_new_tokens": 4, "max_per_family": 1},
+        "gate": {"samples": 1, "max_new_tokens": 4, "max_tasks": 1},
     }
 
 

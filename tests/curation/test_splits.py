@@ -12,6 +12,7 @@ from curation.splits import (
     SplitConfig,
     SplitConfigError,
     assign_splits,
+    hash_sample,
     lineage_leaks,
     plan_splits,
     root_hash,
@@ -419,3 +420,17 @@ def test_a_failure_root_that_follows_another_takes_its_side_and_the_guarantee_ru
     assert kept.sides["failure-0"] == free.sides["failure-0"] and "failure-0" not in kept.followed
     unknown = plan_splits(tasks, config, follows={"failure-1": "no-such-root"})
     assert unknown.sides["failure-1"] == free.sides["failure-1"] and not unknown.followed
+
+
+def test_a_hash_sample_is_uniform_and_keeps_its_tasks_as_the_set_grows():
+    tasks = [task(f"t{i}", family="sql" if i % 5 else "arithmetic") for i in range(2000)]
+    chosen = hash_sample(tasks, 400, "gate")
+    assert len(chosen) == 400 == len(set(chosen)) and chosen == sorted(chosen)
+    # Uniform: each family in about its share (a fifth are arithmetic), nothing by position or difficulty.
+    assert 60 <= sum(tasks[i]["family"] == "arithmetic" for i in chosen) <= 100
+    assert 120 <= sum(i < 1000 for i in chosen) <= 280
+    # Tasks added later take a place only by hashing lower: most of the first sample stays.
+    grown = [*tasks, *(task(f"new{i}") for i in range(200))]
+    kept = {tasks[i]["task_id"] for i in chosen} & {grown[i]["task_id"] for i in hash_sample(grown, 400, "gate")}
+    assert len(kept) >= 330
+    assert hash_sample(tasks, None, "gate") == list(range(2000)) and hash_sample(tasks, 0, "gate") == []
