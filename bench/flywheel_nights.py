@@ -76,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=24, help="requests served per night")
     parser.add_argument("--held-out", type=int, default=60, help="held-out requests both models answer")
     parser.add_argument("--home", type=Path, default=None, help="storage root (default: a temporary folder)")
+    parser.add_argument(
+        "--resources",
+        type=json.loads,
+        default={},
+        help="resource fields for the nightly runs, as JSON, as the launchpad takes them (default: the profile's)",
+    )
     args = parser.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="seedwheel-flywheel-nights-"))
     settings = Settings.from_env(profile="quickstart", home=home)
@@ -83,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"flywheel nights: {args.nights} nights of {args.requests} requests under {home}", flush=True)
 
     started = time.monotonic()
-    records = simulate(settings, config, echo=lambda line: print(line, flush=True), progress=quiet_progress)
+    records = simulate(
+        settings, config, echo=lambda line: print(line, flush=True), progress=quiet_progress, resources=args.resources
+    )
     nights_s = time.monotonic() - started
     first, last = records[0]["model_path"], deployed_model(settings)
     pool = held_out_pool(settings)

@@ -608,6 +608,17 @@ def run_grpo(
             f"no training rows left: all {total} prompts in {config.train_file} are longer than max_prompt_tokens="
             f"{config.max_prompt_tokens} tokens (or the file is empty). Raise max_prompt_tokens or shorten prompts."
         )
+    # TRL's sampler draws whole generation rounds of distinct prompts and drops a short last one: with fewer
+    # prompts than a round takes, every round is short and it runs 0 steps without a word.
+    generation_batch, groups = config.generation_batch_size, config.num_generations
+    assert generation_batch is not None and groups is not None  # GRPOConfig.__post_init__ sets both
+    round_prompts = generation_batch // groups
+    if len(dataset) < round_prompts:
+        raise GRPODataError(
+            f"{len(dataset)} training prompt(s) in {config.train_file} fill no generation round, which takes "
+            f"{round_prompts} prompts ({generation_batch} completions in groups of num_generations={groups}), so TRL "
+            f"would run 0 steps. Give more tasks, or lower per_device_train_batch_size to {len(dataset) * groups}."
+        )
     dataset = cap_episode_turns(dataset, config.max_episode_turns)
     rollouts = _episode_rollouts(dataset)
     versions = verifier_versions(dataset[VERIFIER_COLUMN])

@@ -193,6 +193,22 @@ def test_all_prompts_too_long_is_a_data_error(tmp_path: Path, arith_model_dir: P
         run_grpo(arith_model_dir, config)
 
 
+def test_fewer_prompts_than_a_generation_round_takes_is_a_data_error(tmp_path: Path, arith_model_dir: Path) -> None:
+    # 8 completions a round in groups of 2 take 4 distinct prompts; TRL's sampler would drop every short round and
+    # run 0 steps without a word.
+    config = _config(
+        tmp_path,
+        _split(tmp_path, [_task(i) for i in range(3)]),
+        max_steps=1,
+        per_device_train_batch_size=8,
+        num_generations=2,
+    )
+    with pytest.raises(
+        GRPODataError, match=r"3 training prompt\(s\) .* takes 4 prompts .* per_device_train_batch_size to 6"
+    ):
+        run_grpo(arith_model_dir, config)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Real training on the tiny model.
 
