@@ -10,8 +10,9 @@ def test_a_what_if_without_stored_splits_plans_from_the_flags_and_says_what_it_a
     result = CliRunner().invoke(main, [*args, "--grpo", "max_steps=100", "--eval-tasks", "200"])
     assert result.exit_code == 0, result.output
     assert "8 x h100" in result.output and "memory, full, sharded over 8" in result.output
-    # 8 GPUs x 8 completions = 16 prompts of 4 a step: 1000 assumed prompts are 62.5 steps, 100 steps 1.6 epochs.
-    assert "64 generated, 64 trained" in result.output and "100 / 1.60" in result.output
+    # The profile's GRPO: 8 GPUs x 8 completions = 8 prompts of 8 a step, so 1000 assumed prompts are 125 steps
+    # and 100 steps 0.8 epochs.
+    assert "64 generated, 64 trained" in result.output and "100 / 0.80" in result.output
     assert "1000 prompts of 256 tokens" in result.output and "approximated from 8B parameters" in result.output
     assert "full fine-tuning needs" in result.output  # 8B with Adam does not fit one 80 GiB H100 unsharded
     assert "on 200 eval tasks" in result.output
