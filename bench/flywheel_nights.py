@@ -65,7 +65,7 @@ def quiet_progress(what: str) -> Callable[[int, int], None]:
     return report
 
 
-def failed_by_request(lines: list[dict[str, Any]]) -> dict[str, list[bool]]:
+def passed_by_request(lines: list[dict[str, Any]]) -> dict[str, list[bool]]:
     """request id -> [passed], the shape `training.stats.compare` pairs on."""
     return {line["source"]["request"]: [line["outcome"] == "passed"] for line in lines}
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     answers = {}
     for role, model in (("first", first), ("last", last)):
         lines = serve(settings, model, held_out, night=0, config=config, progress=quiet_progress(role))
-        answers[role] = failed_by_request(lines)
+        answers[role] = passed_by_request(lines)
     total_s = time.monotonic() - started
 
     families = {task["task_id"]: task["family"] for task in held_out}
