@@ -135,7 +135,14 @@ def sft_checkpoint(
     if not training.sft:
         manifest = _untrained(base)
         return dg.MaterializeResult(value=manifest, metadata={"trained": False, "checkpoint": base})
-    tasks = records_from_frame(train_tasks[list(TASK_FIELDS)])
+    families = training.sft_families
+    chosen = train_tasks if families is None else train_tasks[train_tasks["family"].isin(families)]
+    if chosen.empty:
+        raise ValueError(
+            f"sft_families={families} matches none of train_tasks' families "
+            f"({', '.join(sorted(set(train_tasks['family'])))}): name families the split has, or None for all"
+        )
+    tasks = records_from_frame(chosen[list(TASK_FIELDS)])
     settings = training.sft_settings()
     # The run folder and manifest are named by a digest of this dict and of how the examples are built: a field
     # added to SFTSettings, or a new EXAMPLES_VERSION, renames them.
@@ -183,9 +190,11 @@ def sft_checkpoint(
             "base_model": base,
             "steps": result.steps,
             "train_rows": result.train_rows,
+            "families": ", ".join(sorted(set(chosen["family"]))),
             # Of them, episodes imitated turn by turn (their references played in their environments).
             "episode_rows": sum(is_episode(t) for t in tasks if t.get("reference")),
             "skipped_rows_without_reference": result.skipped_rows,
+            "skipped_rows_too_long": result.too_long_rows,  # the prompt alone fills sft_max_length
             "train_seconds": dg.MetadataValue.float(result.train_seconds),
             "resumed_from": result.resumed_from or "",
             "loss_curve": line_chart(

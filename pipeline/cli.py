@@ -40,6 +40,16 @@ class _Commands(click.Group):
             return super().invoke(ctx)
 
 
+# One --home for every command: a folder or an object-store URL, as SEEDWHEEL_HOME takes (a click.Path would turn
+# s3://bucket/prefix into the local folder s3:/bucket/prefix).
+home_option = click.option(
+    "--home",
+    default=None,
+    metavar="DIR|URL",
+    help="Storage root: a folder or s3://bucket/prefix. Default: $SEEDWHEEL_HOME, else .seedwheel.",
+)
+
+
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """seedwheel: the data flywheel for RL from verifiable rewards, as a Dagster project."""
@@ -59,7 +69,7 @@ def main() -> None:
     help="Materialize a job's assets instead of a selection: flywheel_job (every asset), regeneration_job (seeds "
     "to splits, as the nightly schedule runs it) or training_job (training and the gate on the stored splits).",
 )
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+@home_option
 @click.option(
     "--executor",
     type=click.Choice(["in_process", "multiprocess", "celery"]),
@@ -69,7 +79,7 @@ def main() -> None:
     "`seedwheel worker` ($SEEDWHEEL_CELERY_BROKER).",
 )
 @seedwheel_errors(usage=True)
-def run(profile: str | None, select: str | None, job: str | None, home: Path | None, executor: str) -> None:
+def run(profile: str | None, select: str | None, job: str | None, home: str | None, executor: str) -> None:
     """Materialize the asset graph (recorded in the Dagster instance, visible in the UI)."""
     from pipeline.runs import materialize  # Dagster loads slowly; keep `seedwheel --help` fast
     from training.promotion import decision_line
@@ -241,7 +251,7 @@ def dedup(input_path: Path, text_field: str, threshold: float | None, output: Pa
 @click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Requests in flight (profile's).")
 @click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst-scored tasks to show.")
 @click.option("--profile", type=click.Choice(PROFILES), help="Default: $SEEDWHEEL_PROFILE, else quickstart.")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+@home_option
 def judge(
     tasks_path: Path,
     out: Path | None,
@@ -251,7 +261,7 @@ def judge(
     concurrency: int | None,
     worst: int,
     profile: str | None,
-    home: Path | None,
+    home: str | None,
 ) -> None:
     """Score a task file with the LLM judge, outside Dagster, to iterate on the rubric quickly.
 
@@ -316,7 +326,7 @@ def _progress(what: str) -> Callable[[int, int], None]:
 
 @main.command()
 @click.option("--profile", type=click.Choice(PROFILES), help="Default: $SEEDWHEEL_PROFILE, else quickstart.")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+@home_option
 @click.option("--model-size", default=None, help="Price a model of this size instead of the configured one: 0.5B, 8B.")
 @click.option("--gpu", default=None, help="A device of training/throughputs.csv (h100, a100, cpu-2core).")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="Devices training together.")
@@ -327,7 +337,7 @@ def _progress(what: str) -> Callable[[int, int], None]:
 @seedwheel_errors(usage=True)
 def plan(
     profile: str | None,
-    home: Path | None,
+    home: str | None,
     model_size: str | None,
     gpu: str | None,
     gpus: int,
@@ -385,8 +395,8 @@ def plan(
 
 @main.command()
 @click.argument("ident", metavar="CHECKPOINT_OR_TASK_ID")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
-def lineage(ident: str, home: Path | None) -> None:
+@home_option
+def lineage(ident: str, home: str | None) -> None:
     """Where a task came from and what trained on it, or what a checkpoint was trained on (from stored assets)."""
     from pipeline.lineage import explain
 
@@ -395,7 +405,7 @@ def lineage(ident: str, home: Path | None) -> None:
 
 
 @main.command()
-@click.option("--home", default=None, help="Storage root: a folder or s3://bucket/prefix. Default: $SEEDWHEEL_HOME.")
+@home_option
 @click.option("--keep", type=click.IntRange(min=1), default=2, show_default=True, help="Newest manifests kept.")
 @click.option(
     "--min-age-hours",
@@ -423,8 +433,8 @@ def splits() -> None:
 
 
 @splits.command("show")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
-def splits_show(home: Path | None) -> None:
+@home_option
+def splits_show(home: str | None) -> None:
     """The split in force and every plan that made it."""
     from pipeline.resources import StorageRoot
 
@@ -448,8 +458,8 @@ def splits_show(home: Path | None) -> None:
 @click.option("--salt", required=True, help="The new salt every root is hashed with (must differ from the current).")
 @click.option("--note", required=True, help="Why, for the record (e.g. 'stratify by difficulty from now on').")
 @click.option("--yes", is_flag=True, help="Re-split for real; without it, only show what would move.")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
-def splits_resplit(salt: str, note: str, yes: bool, home: Path | None) -> None:
+@home_option
+def splits_resplit(salt: str, note: str, yes: bool, home: str | None) -> None:
     """Re-split every lineage root of the stored splits with a new salt, as a new split epoch.
 
     Roots some checkpoint trained on stay on the train side. The promotion gate then refuses to compare a
@@ -498,8 +508,8 @@ def failures() -> None:
 
 @failures.command("ingest")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
-def failures_ingest(files: tuple[Path, ...], home: Path | None) -> None:
+@home_option
+def failures_ingest(files: tuple[Path, ...], home: str | None) -> None:
     """Materialize traffic or failure logs (JSONL) now, as the inbox sensor would: only redacted records are stored.
 
     A log is read where it is and left there (no copy is made); a log already in the inbox is taken out of it once
@@ -558,7 +568,7 @@ def _echo_rejects(source: Path, table: Path, shown: int = 5) -> None:
 
 @main.command()
 @click.option("--nights", type=click.IntRange(min=1), default=1, show_default=True, help="Nights to run.")
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
+@home_option
 @click.option("--profile", type=click.Choice(PROFILES), help="Default: $SEEDWHEEL_PROFILE, else quickstart.")
 @click.option("--requests", type=click.IntRange(min=1), default=24, show_default=True, help="Requests per night.")
 @click.option(
@@ -569,7 +579,7 @@ def _echo_rejects(source: Path, table: Path, shown: int = 5) -> None:
     help="Traffic-pool requests made from each seed (the pool is built on the first night and kept).",
 )
 @seedwheel_errors(usage=True)
-def simulate(nights: int, home: Path | None, profile: str | None, requests: int, pool_per_seed: int) -> None:
+def simulate(nights: int, home: str | None, profile: str | None, requests: int, pool_per_seed: int) -> None:
     """Close the loop offline: a stand-in app serves a night of traffic with the promoted model and drops its
     traffic log into the inbox, then the nightly path runs (sensor, failure tasks, regeneration, training, gate).
 
@@ -608,8 +618,8 @@ def worker(concurrency: int, name: str) -> None:
 
 @main.command()
 @click.option("--port", default=3000, show_default=True)
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help="Storage root.")
-def ui(port: int, home: Path | None) -> None:
+@home_option
+def ui(port: int, home: str | None) -> None:
     """Open the Dagster UI on this project (`dagster dev`, which also runs schedules and sensors)."""
     from pipeline.instance import open_instance
 

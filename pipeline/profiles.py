@@ -74,29 +74,35 @@ def quickstart(settings: Settings) -> ProfileResources:
         # A 135M judge is a poor judge (its kappa is reported and warned about): its labels are shown, not used to
         # filter; one task and one audit item per family, judged once, keep the quickstart within minutes.
         judge=JudgePolicy(use_labels="all", max_per_family=1, calibration_per_family=1, calibration_samples=1),
-        # A short SFT warm-up on the references, a difficulty profile of the 3 easiest tasks per family (the
-        # contact-extraction seeds are the ones it solves sometimes), and two GRPO steps on the learnable ones
-        # alone, one prompt of 8 completions a step so that a group's rewards can differ. A warm-up that teaches
-        # the answer formats (4 steps x 8 at 1e-4, 2.4 min) made the candidate better on json_extraction, but left
-        # GRPO no prompt with a reward spread and the gate no overall gain it could show (docs/quickstart.md).
-        # Sampling at 0.7 everywhere: at 1.0 over the full distribution a 135M model's answers fall apart.
+        # An SFT warm-up on the JSON-extraction and tool-call references of at most 512 tokens (16 steps of 8 at
+        # 5e-5): the formats a 135M model learns within minutes; code, SQL, arithmetic and episodes need more than
+        # a warm-up, and most tool-call prompts carry a long tool catalogue and are left out for length
+        # (docs/quickstart.md has the measurements). Then a difficulty profile of the 4 easiest tasks per family,
+        # and four GRPO steps on the learnable ones alone, one prompt of 8 completions a step so that a group's
+        # rewards can differ. Sampling at 0.7 everywhere: at 1.0 over the full distribution a 135M model's answers
+        # fall apart.
         training=TrainingPolicy(
             **_training(settings),
-            sft_max_steps=2,
-            sft_learning_rate=1e-5,
-            sft_batch_size=2,
+            sft_max_steps=16,
+            sft_learning_rate=5e-5,
+            sft_batch_size=8,
             sft_max_length=512,
-            difficulty_k=4,
+            sft_families=["json_extraction", "tool_call"],
+            # 8 samples a task, as many as a GRPO group: a task solved 7 times in 8 has a reward spread in GRPO too,
+            # and after the warm-up the easiest JSON tasks are solved nearly always (k=4 found none learnable).
+            difficulty_k=8,
             difficulty_max_new_tokens=48,
             difficulty_batch_size=16,
             difficulty_temperature=0.7,
-            difficulty_max_per_family=3,
+            difficulty_max_per_family=4,
             episode_max_turns=4,  # the episode seeds take 1-3 calls; a 135M model that loops stops early
             grpo_unprofiled=False,
             runtime="cpu",
             grpo={
                 "temperature": 0.7,
-                "max_steps": 2,
+                # Four steps: after the warm-up the learnable tasks are solved about 1 time in 8, and a group of 8
+                # then has a reward spread 2 times in 3; two steps left GRPO without one.
+                "max_steps": 4,
                 # One prompt of 8 completions a step: it trains with a single learnable task too, and 8 rows a
                 # step is the shape the CPU throughputs the budget plans with were measured on.
                 "num_generations": 8,

@@ -537,6 +537,9 @@ class TrainingPolicy(dg.ConfigurableResource):
     sft_batch_size: int = SFT_FIELDS.default("sft_batch_size")
     sft_max_length: int = SFT_FIELDS.default("sft_max_length")
     sft_use_lora: bool = SFT_FIELDS.default("sft_use_lora")
+    # Warm up on these families' references alone (None: every family's): a short warm-up spent on the formats the
+    # policy can learn in it, rather than spread thin over all of them.
+    sft_families: list[str] | None = None
     # Offline dynamic sampling: the starting policy samples k completions per task; always- and never-solved
     # tasks carry no GRPO signal (every group has zero reward variance) and are left out.
     difficulty_profile: bool = True

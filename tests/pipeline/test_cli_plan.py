@@ -29,3 +29,10 @@ def test_a_bad_model_size_or_setting_names_the_flag_and_the_format(tmp_path):
     assert result.exit_code == 2 and "--model-size '8GB'" in result.output and "e.g. 135M, 0.5B, 8B" in result.output
     result = CliRunner().invoke(main, ["plan", "--model-size", "8B", "--grpo", "max_steps", "--home", str(tmp_path)])
     assert result.exit_code == 2 and "--grpo" in result.output and "KEY=VALUE" in result.output
+
+
+def test_home_takes_an_object_store_url_as_it_is():
+    # --home is the storage root as SEEDWHEEL_HOME takes it: a URL stays a URL (not the local folder "s3:/bucket").
+    result = CliRunner().invoke(main, ["plan", "--model-size", "8B", "--home", "s3://bucket/flywheel"])
+    assert result.exit_code == 2
+    assert "--home s3://bucket/flywheel: seedwheel plan reads a local storage root" in result.output

@@ -102,7 +102,7 @@ def test_sft_trains_logs_loss_and_writes_a_loadable_final(
     import torch
 
     result, seen = first_run
-    assert (result.steps, result.train_rows, result.skipped_rows) == (4, 9, 2)
+    assert (result.steps, result.train_rows, result.skipped_rows, result.too_long_rows) == (4, 9, 2, 0)
     assert result.resumed_from is None
     # The sink saw every step's loss as it happened, and the same records are in the result.
     losses = [m["loss"] for m in seen if m.get("loss") is not None]
@@ -161,6 +161,41 @@ def test_sft_learns_only_what_the_assistant_wrote(tiny_model_dir: Path, episode_
     result = run_sft(tiny_model_dir, [task], tmp_path / "sft", settings=settings, context=seed_context, **TINY_SFT)
     [first] = [m["loss"] for m in result.metrics if "loss" in m]
     assert first == pytest.approx(expected, rel=1e-6)  # the same sum, in another order at most
+
+
+def test_a_batch_trains_as_if_each_example_were_alone(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The batch is padding-free (examples end to end in one row): its first loss is the mean over both examples'
+    answer tokens of each example's own loss, so no example attends to the other."""
+    import torch
+
+    from training.episodes import assistant_tokens
+
+    tasks = [_task(1, 2), {**_task(3, 4), "prompt": [{"role": "user", "content": "Add three and four, please. " * 3}]}]
+    examples, _ = sft_examples(tasks)
+    model, tokenizer = load_policy(tiny_model_dir)
+    nll, answer_tokens = 0.0, 0
+    for example in examples:
+        ids, mask = assistant_tokens(tokenizer, example["prompt"], example["completion"])
+        with torch.no_grad():
+            logps = model(torch.tensor([ids])).logits[0, :-1].log_softmax(-1)
+        token_logps = logps.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+        nll -= float(token_logps[torch.tensor(mask[1:], dtype=torch.bool)].sum())
+        answer_tokens += sum(mask[1:])
+    assert len({len(assistant_tokens(tokenizer, e["prompt"], e["completion"])[0]) for e in examples}) == 2
+
+    settings = SFTSettings(max_steps=1, batch_size=2, learning_rate=1e-3, max_length=4096)
+    result = run_sft(tiny_model_dir, tasks, tmp_path / "sft", settings=settings, **TINY_SFT)
+    [first] = [m["loss"] for m in result.metrics if "loss" in m]
+    assert first == pytest.approx(nll / answer_tokens, rel=1e-5)
+
+
+def test_a_prompt_that_fills_max_length_is_left_out_and_counted(tiny_model_dir: Path, tmp_path: Path) -> None:
+    long = {**_task(5, 5), "prompt": [{"role": "system", "content": SYSTEM * 40}, {"role": "user", "content": "5+5?"}]}
+    result = run_sft(tiny_model_dir, [*TASKS, long], tmp_path / "sft", settings=replace(TINY, max_steps=1), **TINY_SFT)
+    assert (result.train_rows, result.skipped_rows, result.too_long_rows) == (9, 2, 1)
+    assert result.summary()["too_long_rows"] == 1
+    with pytest.raises(SFTDataError, match=r"every one of the 1 examples .* raise max_length"):
+        run_sft(tiny_model_dir, [long], tmp_path / "only-long", settings=TINY, **TINY_SFT)
 
 
 def test_sft_resumes_from_the_last_checkpoint(first_run: tuple[SFTResult, list[dict]], tmp_path: Path) -> None:
