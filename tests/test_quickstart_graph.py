@@ -298,7 +298,7 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     # The warm-up taught JSON extraction, and the gate shows it on the fair sample: the wheel turns, the candidate
     # is promoted because the overall lower bound is above 0.
     assert decision["decision"] == "promoted", decision["reasons"]
-    assert decision["numbers"]["difference_low"] > 0
+    assert decision["difference_low"] > 0 and decision["failures_broken"] == []
 
 
 def test_the_starting_policy_played_the_episode_tasks_in_their_environments(quickstart):
@@ -306,9 +306,12 @@ def test_the_starting_policy_played_the_episode_tasks_in_their_environments(quic
     played = read_table(settings.home / "episodes.parquet")
     train = read_table(settings.home / "train_tasks.parquet")
     episode_tasks = train.loc[train["family"] == "episode", "task_id"]
-    # The 3 easiest episode tasks of the split, 4 real multi-turn rollouts each, every one ended and judged.
-    assert played.groupby("task_id").size().to_dict() == {task_id: 4 for task_id in set(played["task_id"])}
-    assert set(played["task_id"]) <= set(episode_tasks) and played["task_id"].nunique() == min(3, len(episode_tasks))
+    # The profile's easiest episode tasks of the split, k real multi-turn rollouts each, every one ended and judged.
+    training = profile_resources(settings).training
+    per_family, k = training.difficulty_max_per_family, training.difficulty_k
+    assert played.groupby("task_id").size().to_dict() == {task_id: k for task_id in set(played["task_id"])}
+    assert set(played["task_id"]) <= set(episode_tasks)
+    assert played["task_id"].nunique() == min(per_family, len(episode_tasks))
     assert set(played["end_reason"]) <= {"answered", "max_turns", "invalid_call", "tool_error", "timeout"}
     assert played["turns"].map(len).ge(1).all() and played["passed"].isin([True, False]).all()
     metadata = asset(summary, "episodes").metadata
