@@ -132,15 +132,19 @@ def sft_checkpoint(
     from training.sft import EXAMPLES_VERSION, run_sft
 
     base = training.model()
-    if not training.sft:
-        manifest = _untrained(base)
-        return dg.MaterializeResult(value=manifest, metadata={"trained": False, "checkpoint": base})
     families = training.sft_families
     chosen = train_tasks if families is None else train_tasks[train_tasks["family"].isin(families)]
-    if chosen.empty:
-        raise ValueError(
-            f"sft_families={families} matches none of train_tasks' families "
-            f"({', '.join(sorted(set(train_tasks['family'])))}): name families the split has, or None for all"
+    if not training.sft or chosen.empty:
+        # No warm-up: switched off, or none of sft_families is in this split (a night without them still trains).
+        reason = "sft=False" if not training.sft else f"no training task of sft_families {families}"
+        if training.sft:
+            context.log.warning(
+                f"SFT skipped: {reason} (the split has {', '.join(sorted(set(train_tasks['family'])))}); "
+                "GRPO starts from the base model"
+            )
+        manifest = _untrained(base)
+        return dg.MaterializeResult(
+            value=manifest, metadata={"trained": False, "checkpoint": base, "skipped_because": reason}
         )
     tasks = records_from_frame(chosen[list(TASK_FIELDS)])
     settings = training.sft_settings()

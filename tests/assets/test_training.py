@@ -153,6 +153,27 @@ def profile_overrides(**training: object) -> dict[str, dict[str, object]]:
     return {"training": {"difficulty_profile": True, "difficulty_k": 2, "difficulty_max_new_tokens": 4, **training}}
 
 
+def test_sft_warms_up_on_its_families_alone_and_skips_a_split_without_them(settings, tiny_model_dir):
+    plant_train_tasks(
+        settings, [t for t in bundled_tasks(settings, per_family=2) if t["family"] in ("arithmetic", "sql")]
+    )
+    training = {"base_model": str(tiny_model_dir), "sft_max_steps": 1, "sft_batch_size": 2}
+
+    def warm_up(families: list[str]) -> dict:
+        summary = materialize(
+            settings, "sft_checkpoint", resources={"training": {**training, "sft_families": families}}
+        )
+        assert summary.success, summary.failures
+        return next(a for a in summary.assets if a.key == "sft_checkpoint").metadata
+
+    trained = warm_up(["arithmetic", "json_extraction"])
+    assert trained["trained"] and trained["families"] == "arithmetic" and trained["train_rows"] == 2
+    # None of its families in this split (a night without them): no warm-up, and the run goes on from the base model.
+    skipped = warm_up(["json_extraction"])
+    assert not skipped["trained"] and skipped["checkpoint"] == str(tiny_model_dir)
+    assert skipped["skipped_because"] == "no training task of sft_families ['json_extraction']"
+
+
 def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_empty_set(settings, tiny_model_dir):
     tasks = plant_profile_inputs(settings, tiny_model_dir)
     # Every task (the quickstart profiles three per family).
