@@ -146,7 +146,10 @@ def test_four_nights_keep_every_invariant(settings, tmp_path, tiny_model_dir, mo
     # Night 1, and a checkpoint trained on its split.
     first = night(settings, history)
     assert {a.key: a.metadata for a in first.assets}["judged_tasks"]["llm_calls_made"] > 0
-    training = {"training": {"base_model": str(tiny_model_dir), "sft_max_steps": 1, "sft_batch_size": 2}}
+    # The warm-up on every family of this arithmetic split (the quickstart's sft_families are others).
+    training = {
+        "training": {"base_model": str(tiny_model_dir), "sft_max_steps": 1, "sft_batch_size": 2, "sft_families": None}
+    }
     trained = materialize(settings, "sft_checkpoint", resources=training)
     assert trained.success, trained.failures
     [manifest] = load_manifests(settings.home / CHECKPOINTS_FOLDER)

@@ -468,7 +468,7 @@ def s3_settings(tmp_path, s3_bucket, monkeypatch) -> Settings:
 def s3_training(model: Path) -> dict[str, dict[str, Any]]:
     """The tiny model, two SFT steps, a profile of one task, one GRPO step and an eval of one task."""
     grpo = {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 8}
-    training = {"base_model": str(model), "sft_max_steps": 2, "sft_batch_size": 2, "grpo": grpo}
+    training = {"base_model": str(model), "sft_max_steps": 2, "sft_batch_size": 2, "sft_families": None, "grpo": grpo}
     return {
         **profile_overrides(difficulty_max_per_family=1, grpo_unprofiled=True, **training),
         "gate": {"samples": 1, "max_new_tokens": 4, "max_tasks": 1},
