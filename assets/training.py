@@ -134,18 +134,14 @@ def sft_checkpoint(
     base = training.model()
     families = training.sft_families
     chosen = train_tasks if families is None else train_tasks[train_tasks["family"].isin(families)]
-    if not training.sft or chosen.empty:
-        # No warm-up: switched off, or none of sft_families is in this split (a night without them still trains).
-        reason = "sft=False" if not training.sft else f"no training task of sft_families {families}"
-        if training.sft:
-            context.log.warning(
-                f"SFT skipped: {reason} (the split has {', '.join(sorted(set(train_tasks['family'])))}); "
-                "GRPO starts from the base model"
-            )
-        manifest = _untrained(base)
-        return dg.MaterializeResult(
-            value=manifest, metadata={"trained": False, "checkpoint": base, "skipped_because": reason}
+    if not training.sft:
+        return _no_warm_up(base, "sft=False")
+    if chosen.empty:  # none of sft_families is in this split: a night without them still trains
+        reason = f"no training task of sft_families {families}"
+        context.log.warning(
+            f"SFT skipped: {reason} (the split has {_families(train_tasks)}); GRPO starts from the base"
         )
+        return _no_warm_up(base, reason)
     tasks = records_from_frame(chosen[list(TASK_FIELDS)])
     settings = training.sft_settings()
     # The run folder and manifest are named by a digest of this dict and of how the examples are built: a field
@@ -194,7 +190,7 @@ def sft_checkpoint(
             "base_model": base,
             "steps": result.steps,
             "train_rows": result.train_rows,
-            "families": ", ".join(sorted(set(chosen["family"]))),
+            "families": _families(chosen),
             # Of them, episodes imitated turn by turn (their references played in their environments).
             "episode_rows": sum(is_episode(t) for t in tasks if t.get("reference")),
             "skipped_rows_without_reference": result.skipped_rows,
@@ -650,6 +646,15 @@ def _record_checkpoint(
 def _stored(storage: StorageRoot, run: tuple[str, ...], working: Path, path: str | Path) -> str:
     """Where `path`, a file in the working copy `working` of run folder `run`, is kept: its `storage.location`."""
     return storage.location(*run, *Path(path).relative_to(working).parts)
+
+
+def _no_warm_up(base: str, reason: str) -> dg.MaterializeResult[pd.DataFrame]:
+    metadata = {"trained": False, "checkpoint": base, "skipped_because": reason}
+    return dg.MaterializeResult(value=_untrained(base), metadata=metadata)
+
+
+def _families(tasks: pd.DataFrame) -> str:
+    return ", ".join(sorted(set(tasks["family"])))
 
 
 def _untrained(base: str) -> pd.DataFrame:
