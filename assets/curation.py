@@ -2,24 +2,25 @@
 deduplicated and split."""
 
 import time
+from typing import Any
 
 import dagster as dg
 import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, shard_metadata, shard_steps, task_preview
-from core.shards import plan_shards
+from core.shards import cache_totals, plan_shards
 from curation.curate import dedup_tasks
-from curation.shards import SHARD_STATS_COLUMNS, SHARD_VERDICT_COLUMNS, ShardStats, merge_verdicts, shard_verdicts
-from curation.validity import (
-    TASK_REJECT_COLUMNS,
-    below_floor,
-    family_validity,
-    split_checked,
-    task_generator,
-    validity_rates,
+from curation.shards import (
+    SHARD_STATS_COLUMNS,
+    SHARD_VERDICT_COLUMNS,
+    ShardStats,
+    Validation,
+    merge_validation,
+    shard_verdicts,
 )
-from pipeline.resources import VALIDATION_CACHE_FOLDER, CurationPolicy, SeedRepository, StorageRoot
+from curation.validity import TASK_REJECT_COLUMNS, below_floor, family_validity
+from resources import VALIDATION_CACHE_FOLDER, CurationPolicy, SeedRepository, StorageRoot
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, check_tasks
 
@@ -76,51 +77,23 @@ def merge_shards(
     policy: CurationPolicy,
 ):
     """The shards' verdicts back in input order: seeds plus the valid tasks, and a reject row for each other."""
-    variants = _checked_tasks(failure_tasks, task_variants)
     rows = (verdict for frame in verdicts for verdict in records_from_frame(frame))
-    problems = merge_verdicts([v.get("task_id") for v in variants], rows)
-    shards = shard_steps(stats)
-    cache_hits = sum(row["cache_hits"] for row in shards)
-    good, rejects = split_checked(variants, problems)
-    tasks = pd.concat([seed_tasks[list(TASK_FIELDS)], frame_from_records(good, TASK_FIELDS)], ignore_index=True)
-    # The same task reached twice (a production failure asking a seed's exact question, a variant equal to a failure
-    # task) is one task: the first kept, seeds before failure tasks before variants, so keys stay unique downstream.
-    repeated = tasks["task_id"].duplicated()
-    for task_id in tasks.loc[repeated, "task_id"].head(20):
+    merged = merge_validation(seed_tasks, _checked_tasks(failure_tasks, task_variants), rows)
+    for task_id in merged.repeated[:20]:
         context.log.info(f"task {task_id} reached validation twice (the same prompt and verifier): kept once")
-    tasks = tasks[~repeated].reset_index(drop=True)
-    reject_frame = frame_from_records(rejects, TASK_REJECT_COLUMNS)
-    by_family = validity_rates(pd.Series([v["family"] for v in variants]), reject_frame["family"])
-    by_generator = validity_rates(pd.Series([task_generator(v) for v in variants]), reject_frame["generator"])
-    for reject in rejects[:20]:
+    for reject in merged.rejects[:20]:
         context.log.warning(f"variant {reject['task_id']} ({reject['generator']}): {reject['reason']}")
     yield dg.Output(
-        tasks,
+        merged.tasks,
         output_name="validated_tasks",
-        metadata={
-            "rows": len(tasks),
-            "seeds": len(seed_tasks),
-            "variants_checked": len(variants),
-            "variants_rejected": len(rejects),
-            "repeated_tasks": int(repeated.sum()),
-            "cache_hits": cache_hits,
-            "cache_misses": len(variants) - cache_hits,  # checked now: new, changed, or not cacheable
-            "cache_rebuilt": any(row["cache_rebuilt"] for row in shards),
-            # The shard steps' checking time added up (the work); `shard_balance` shows each step's share.
-            "validation_seconds": dg.MetadataValue.float(round(sum((row["seconds"] for row in shards), 0.0), 3)),
-            "validity_rate": dg.MetadataValue.float(len(good) / len(variants) if variants else 1.0),
-            "validity_by_family": dg.MetadataValue.md(_rates_table(by_family, "family")),
-            "validity_by_generator": dg.MetadataValue.md(_rates_table(by_generator, "generator")),
-            **shard_metadata(policy.shard_config().shards, shards, ["shard", "tasks", "cache_hits", "seconds"]),
-            "families": count_table(tasks["family"], "family"),
-            "preview": task_preview(tasks),
-        },
+        metadata=_validated_metadata(merged, len(seed_tasks), shard_steps(stats), policy.shard_config().shards),
     )
+    reject_frame = frame_from_records(merged.rejects, TASK_REJECT_COLUMNS)
     yield dg.Output(
         reject_frame,
         output_name="task_rejects",
         metadata={
-            "rows": len(rejects),
+            "rows": len(merged.rejects),
             "reasons": count_table(reject_frame["reason_code"], "reason_code"),
             "preview": preview(reject_frame, ("task_id", "generator", "reason")),
         },
@@ -148,6 +121,29 @@ def _checked_tasks(failure_tasks: pd.DataFrame, task_variants: pd.DataFrame) -> 
         *records_from_frame(failure_tasks[list(TASK_FIELDS)]),
         *records_from_frame(task_variants[list(TASK_FIELDS)]),
     ]
+
+
+def _validated_metadata(merged: Validation, seeds: int, steps: list[dict[str, Any]], shards: int) -> dict[str, Any]:
+    """`validated_tasks`' metadata: its numbers, the validity rates and the shard steps'."""
+    cache = cache_totals(steps, "tasks")
+    return {
+        "rows": len(merged.tasks),
+        "seeds": seeds,
+        "variants_checked": merged.checked,
+        "variants_rejected": len(merged.rejects),
+        "repeated_tasks": len(merged.repeated),
+        "cache_hits": cache.hits,
+        "cache_misses": cache.misses,  # checked now: new, changed, or not cacheable
+        "cache_rebuilt": cache.rebuilt,
+        # The shard steps' checking time added up (the work); `shard_balance` shows each step's share.
+        "validation_seconds": dg.MetadataValue.float(cache.seconds),
+        "validity_rate": dg.MetadataValue.float(merged.validity_rate),
+        "validity_by_family": dg.MetadataValue.md(_rates_table(merged.by_family, "family")),
+        "validity_by_generator": dg.MetadataValue.md(_rates_table(merged.by_generator, "generator")),
+        **shard_metadata(shards, steps, ["shard", "tasks", "cache_hits", "seconds"]),
+        "families": count_table(merged.tasks["family"], "family"),
+        "preview": task_preview(merged.tasks),
+    }
 
 
 def _rates_table(rates: dict[str, tuple[int, int]], label: str) -> str:

@@ -6,26 +6,20 @@ were the training reward (`episode` tasks played turn by turn in their environme
 `training.episodes.play_and_score`); the gate reads the paired comparison (`training.promotion`).
 """
 
+from typing import Any
+
 import dagster as dg
 import pandas as pd
 
 from assets import groups
 from assets.metadata import markdown_table, preview
 from assets.plots import bar_chart
-from curation.manifests import find_manifest
-from pipeline.resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository, StorageRoot
+from curation.manifests import split_epochs
+from resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository, StorageRoot
 from training.episodes import play_and_score
-from training.eval_table import failure_report, paired_comparison
-from training.evaluation import is_episode
-from training.promotion import decide, decision_line
-from training.stats import Comparison, EvalReport, evaluate
-
-ROLES = ("baseline", "candidate")
-# `end_reason` and `turns` (the messages) are an episode's; None for a single-turn task's completion.
-EVAL_COLUMNS = (
-    "role", "model", "task_id", "family", "failure_eval", "sample", "passed", "score", "reason", "completion",
-    "end_reason", "turns",
-)  # fmt: skip
+from training.eval_table import FAMILY_COLUMNS, EvalTable, eval_table, failure_report, paired_comparison, role_models
+from training.evaluation import EvalTaskCounts, SampledVerdicts, eval_task_counts
+from training.promotion import compared_models, decide, decision_line, promotion_record
 
 
 @dg.asset(group_name=groups.EVALUATION)
@@ -44,20 +38,16 @@ def checkpoint_eval(
     Every held-out production failure is evaluated, also when `max_tasks` samples the rest.
     """
     tasks = gate.eval_tasks(eval_tasks, failure_eval)
-    failure_ids = set(failure_eval["task_id"])
     if not tasks:
         raise ValueError("eval_tasks is empty: nothing to evaluate the checkpoint on; check the split's eval_fraction")
-    models = {
-        "baseline": gate.registry(storage.state()).baseline(str(grpo_checkpoint.loc[0, "base_model"])),
-        "candidate": str(grpo_checkpoint.loc[0, "checkpoint"]),
-    }
-    episode_tasks = sum(is_episode(task) for task in tasks)
-    frames, reports = [], {}
+    failure_ids = set(failure_eval["task_id"])
+    counts = eval_task_counts(tasks, failure_ids)
+    models = compared_models(grpo_checkpoint, gate.registry(storage.state()))
+    plan = f"{gate.samples} samples on each of {len(tasks)} eval tasks ({counts['episode_tasks']} episodes)"
+    sampled: dict[str, SampledVerdicts] = {}
     for role, model in models.items():
-        context.log.info(
-            f"{role} {model}: {gate.samples} samples on each of {len(tasks)} eval tasks ({episode_tasks} episodes)"
-        )
-        sampled = play_and_score(
+        context.log.info(f"{role} {model}: {plan}")
+        sampled[role] = play_and_score(
             storage.model_dir(model),
             tasks,
             k=gate.samples,
@@ -68,38 +58,8 @@ def checkpoint_eval(
             max_turns=gate.episode_max_turns,
             context=seeds.verify_context(),
         )
-        reports[role] = evaluate(sampled.passed, sampled.families, ks=sorted({1, gate.samples}), seed=gate.seed)
-        frames.append(pd.DataFrame(sampled.rows).assign(role=role, model=model))
-    rows = pd.concat(frames, ignore_index=True)
-    rows = rows.assign(failure_eval=rows["task_id"].isin(failure_ids))[list(EVAL_COLUMNS)]
-    comparison = paired_comparison(rows, gate.seed)
-    return dg.MaterializeResult(
-        value=rows,
-        metadata={
-            "tasks": len(tasks),
-            "failure_eval_tasks": len(failure_ids & {t["task_id"] for t in tasks}),
-            # Played turn by turn in their environments (at most `episode_max_turns` turns; None: each task's own).
-            "episode_tasks": episode_tasks,
-            "episode_max_turns": gate.episode_max_turns,
-            "samples_per_task": gate.samples,
-            "baseline_model": models["baseline"],
-            "candidate_model": models["candidate"],
-            **{f"{role}/{k}": v for role, report in reports.items() for k, v in _overall(report).items()},
-            "difference": comparison.overall.difference.value,
-            "difference_low": comparison.overall.difference.low,
-            "difference_high": comparison.overall.difference.high,
-            "by_family": _family_table(reports, comparison),
-            "pass_at_1": bar_chart(
-                {role: {f: m["pass@1"].value for f, m in reports[role].families.items()} for role in ROLES},
-                title="pass@1 per family",
-                xlabel="family",
-                ylabel="pass@1",
-            ),
-            "candidate_failures": preview(
-                rows[(rows["role"] == "candidate") & ~rows["passed"].astype(bool)], ("task_id", "family", "reason")
-            ),
-        },
-    )
+    table = eval_table(sampled, models, failure_ids, samples=gate.samples, seed=gate.seed)
+    return dg.MaterializeResult(value=table.rows, metadata=_eval_metadata(table, counts, models, gate))
 
 
 @dg.asset(group_name=groups.EVALUATION)
@@ -108,32 +68,22 @@ def promotion(
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """The gate: promote the candidate only when it is better overall with confidence, no family regresses, and
     both models were trained under the same split epoch."""
-    models = checkpoint_eval.groupby("role")["model"].first()
     comparison = paired_comparison(checkpoint_eval, gate.seed)
+    models = role_models(checkpoint_eval)
     with storage.folder(CHECKPOINTS_FOLDER) as folder:  # the manifests, not the weights
-        manifests = {role: find_manifest(folder, models[role]) for role in ROLES}
-    epochs = {role: None if m is None else m.split_epoch for role, m in manifests.items()}
+        epochs = split_epochs(folder, models)
     decision = decide(comparison, gate.policy(), split_epochs=epochs)
     registry = gate.registry(storage.state())
     if decision.promote:
         registry.promote(models["candidate"], run_id=context.run.run_id, numbers=decision.numbers)
     failures = failure_report(checkpoint_eval)
-    verdict = "promoted" if decision.promote else "kept baseline"
     context.log.info(f"promotion: {decision_line(decision.promote, models['candidate'], models['baseline'])}")
     for reason in [*decision.reasons, failures["summary"]]:
         context.log.info(f"promotion: {reason}")
-    record = {
-        "decision": verdict,
-        "candidate": models["candidate"],
-        "baseline": models["baseline"],
-        "reasons": decision.reasons,
-        "numbers": decision.numbers,
-        "failure_eval": failures,
-    }
     return dg.MaterializeResult(
-        value=pd.DataFrame([record]),
+        value=pd.DataFrame([promotion_record(decision, models, failures)]),
         metadata={
-            "decision": verdict,
+            "decision": decision.verdict,
             "promoted": decision.promote,
             "candidate": models["candidate"],
             "baseline": models["baseline"],
@@ -152,22 +102,22 @@ def promotion(
     )
 
 
-def _overall(report: EvalReport) -> dict[str, float]:
-    return {metric: estimate.value for metric, estimate in report.overall.items()}
-
-
-def _family_table(reports: dict[str, EvalReport], comparison: Comparison) -> dg.MetadataValue:
-    """pass@1 with its interval per model, and the paired difference, overall and per family."""
-    parts = [("overall", comparison.overall, {r: reports[r].overall for r in ROLES})]
-    parts += [(f, paired, {r: reports[r].families[f] for r in ROLES}) for f, paired in comparison.families.items()]
-    rows = [
-        {
-            "family": family,
-            "tasks": paired.tasks,
-            **{f"{role} pass@1": str(metrics[role]["pass@1"]) for role in ROLES},
-            "difference": paired.difference.signed(),
-        }
-        for family, paired, metrics in parts
-    ]
-    columns = ["family", "tasks", *(f"{role} pass@1" for role in ROLES), "difference"]
-    return dg.MetadataValue.md(markdown_table(rows, columns))
+def _eval_metadata(
+    table: EvalTable, counts: EvalTaskCounts, models: dict[str, str], gate: PromotionGate
+) -> dict[str, Any]:
+    """The metadata of `checkpoint_eval`: what was evaluated, both models' pass@k, and where they differ."""
+    difference = table.comparison.overall.difference
+    return {
+        **counts,
+        "episode_max_turns": gate.episode_max_turns,  # None: each episode task's own turn limit
+        "samples_per_task": gate.samples,
+        "baseline_model": models["baseline"],
+        "candidate_model": models["candidate"],
+        **table.overall(),
+        "difference": difference.value,
+        "difference_low": difference.low,
+        "difference_high": difference.high,
+        "by_family": dg.MetadataValue.md(markdown_table(table.by_family(), FAMILY_COLUMNS)),
+        "pass_at_1": bar_chart(table.pass_at_1(), title="pass@1 per family", xlabel="family", ylabel="pass@1"),
+        "candidate_failures": preview(table.candidate_failures(), ("task_id", "family", "reason")),
+    }

@@ -10,6 +10,7 @@ every stored failure into a candidate task when a verifier can be derived from i
 
 import json
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -17,16 +18,16 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview
 from assets.plots import interval_chart
-from failures import RECORD_FIELDS, derive_failure_tasks, process_failure_log
-from failures.traffic import ALL, RATE_COLUMNS, TRAFFIC_COLUMNS, rate_table, rate_text, traffic_rows
-from pipeline.resources import FailureInbox, SeedRepository
+from failures import LogTables, derive_failure_tasks, log_tables, process_failure_log
+from failures.redaction import RedactionReport
+from failures.traffic import RATE_COLUMNS, RateReport, rate_report, rate_table, rate_text
+from resources import FailureInbox, SeedRepository
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
 failure_files = dg.DynamicPartitionsDefinition(name="failure_files")
 # What one log file's run materializes (the outputs of `failure_logs`): the sensor's runs, `failures ingest`.
 LOG_ASSETS = ("failure_logs", "production_traffic", "failure_rejects")
-REJECT_COLUMNS = ("source", "line", "reason_code", "reason", "raw")
 REVIEW_COLUMNS = (
     "failure_id", "origin", "family", "reason_code", "reason", "messages", "tools", "output", "error",
     "user_correction", "expected", "seed_stub",
@@ -66,37 +67,11 @@ def failure_logs(
     stamp = None if config.path else inbox.stamp(name)
     with open(config.path, "rb") if config.path else inbox.open(name) as lines:
         batch = process_failure_log(lines, name, context=seeds.verify_context())
-    records = frame_from_records(batch.failures, (*RECORD_FIELDS, "redaction"))
-    traffic = pd.DataFrame(traffic_rows(batch.records, name), columns=TRAFFIC_COLUMNS)
-    rejects = pd.DataFrame([vars(r) for r in batch.rejects], columns=REJECT_COLUMNS)
-    yield dg.Output(
-        traffic,
-        output_name="production_traffic",
-        metadata={
-            "file": name,
-            "interactions": len(traffic),
-            "outcomes": count_table(traffic["outcome"], "outcome") if len(traffic) else "none",
-            "models": count_table(traffic["model"], "model") if len(traffic) else "none",
-        },
-    )
-    yield dg.Output(
-        records,
-        output_name="failure_logs",
-        metadata={
-            "file": name,
-            "records": len(records),
-            "interactions": len(traffic),
-            "rejected_lines": len(rejects),
-            # Counts by kind, never the values.
-            "redacted": dg.MetadataValue.json(dict(batch.redaction.counts)),
-            "formats": count_table(records["format"], "format") if len(records) else "none",
-        },
-    )
-    yield dg.Output(
-        rejects,
-        output_name="failure_rejects",
-        metadata={"rejected_lines": len(rejects), "reasons": count_table(rejects["reason_code"], "reason_code")},
-    )
+    tables = log_tables(batch, name)
+    metadata = _log_metadata(name, tables, batch.redaction)
+    yield dg.Output(tables.traffic, output_name="production_traffic", metadata=metadata["production_traffic"])
+    yield dg.Output(tables.failures, output_name="failure_logs", metadata=metadata["failure_logs"])
+    yield dg.Output(tables.rejects, output_name="failure_rejects", metadata=metadata["failure_rejects"])
     # Dagster stores each output as it is yielded, so both tables are written when the body resumes here: only now
     # may the raw log go. A run that dies before this leaves it in the inbox, and its rerun starts over.
     if stamp is not None:
@@ -104,6 +79,32 @@ def failure_logs(
         context.log.info(
             f"raw log {name} {where or 'left in the inbox: it changed since it was read, and gets its own run'}"
         )
+
+
+def _log_metadata(name: str, tables: LogTables, redaction: RedactionReport) -> dict[str, dict[str, Any]]:
+    """Each of `failure_logs`' outputs' metadata, by output name: counts and what they hold, never a value."""
+    traffic, records, rejects = tables.traffic, tables.failures, tables.rejects
+    return {
+        "production_traffic": {
+            "file": name,
+            "interactions": len(traffic),
+            "outcomes": count_table(traffic["outcome"], "outcome") if len(traffic) else "none",
+            "models": count_table(traffic["model"], "model") if len(traffic) else "none",
+        },
+        "failure_logs": {
+            "file": name,
+            "records": len(records),
+            "interactions": len(traffic),
+            "rejected_lines": len(rejects),
+            # Counts by kind, never the values.
+            "redacted": dg.MetadataValue.json(dict(redaction.counts)),
+            "formats": count_table(records["format"], "format") if len(records) else "none",
+        },
+        "failure_rejects": {
+            "rejected_lines": len(rejects),
+            "reasons": count_table(rejects["reason_code"], "reason_code"),
+        },
+    }
 
 
 @dg.asset(
@@ -121,53 +122,46 @@ def failure_rates(context: dg.AssetExecutionContext, production_traffic) -> dg.M
     """Each model's failure rate with a 95% Wilson interval, per night (log file) and family, and over all nights."""
     files = _by_file(production_traffic)
     rows = [row for _, frame in sorted(files.items()) for row in records_from_frame(frame)]
-    rates = pd.DataFrame(rate_table(rows), columns=RATE_COLUMNS)
-    overall = rates[rates["family"] == ALL]
-    nights = overall[overall["night"] > 0]
-    models = list(dict.fromkeys(nights["model"]))
-    night_numbers = sorted(set(nights["night"]))
-    by_night = {(r["model"], r["night"]): r for r in records_from_frame(nights)}
-    series = {model: [_interval(by_night.get((model, night))) for night in night_numbers] for model in models}
-    per_model = records_from_frame(overall[overall["night"] == 0])
+    rates = rate_table(rows)
+    report = rate_report(rates)
     context.log.info(
-        "; ".join(f"{r['model']}: {rate_text(r)} over {r['served']} interactions" for r in per_model) or "no traffic"
+        "; ".join(f"{r['model']}: {rate_text(r)} over {r['served']} interactions" for r in report.per_model)
+        or "no traffic"
     )
     return dg.MaterializeResult(
-        value=rates,
-        metadata={
-            "interactions": len(rows),
-            "nights": len(night_numbers),
-            "models": len(models),
-            "per_model": dg.MetadataValue.md(
-                markdown_table([{**r, "failure_rate": rate_text(r)} for r in per_model], _SHOWN_COLUMNS)
-            ),
-            "per_night": dg.MetadataValue.md(
-                markdown_table(
-                    [{**r, "failure_rate": rate_text(r)} for r in records_from_frame(nights)],
-                    ("night", "log", *_SHOWN_COLUMNS),
-                )
-            ),
-            "failure_rate_plot": interval_chart(
-                night_numbers,
-                series,
-                title="failure rate per night (95% interval)",
-                xlabel="night",
-                ylabel="failure rate",
-            )
-            if night_numbers
-            else "no traffic yet",
-            **{f"{r['model']}/failure_rate": r["failure_rate"] for r in per_model if r["failure_rate"] is not None},
-        },
+        value=pd.DataFrame(rates, columns=RATE_COLUMNS), metadata=_rate_metadata(report, interactions=len(rows))
     )
 
 
 _SHOWN_COLUMNS = ("model", "served", "failed", "unknown", "failure_rate")
 
 
-def _interval(row: dict | None) -> tuple[float, float, float] | None:
-    if row is None or row["failure_rate"] is None:
-        return None
-    return row["failure_rate"], row["failure_rate_low"], row["failure_rate_high"]
+def _rate_metadata(report: RateReport, interactions: int) -> dict[str, Any]:
+    """`failure_rates`' metadata: the counts, the rates per model and per night as tables, their plot, and each
+    model's rate over every night on its own (so the UI charts it across materializations)."""
+    return {
+        "interactions": interactions,
+        "nights": len(report.nights),
+        "models": len(report.series),
+        "per_model": dg.MetadataValue.md(
+            markdown_table([{**r, "failure_rate": rate_text(r)} for r in report.per_model], _SHOWN_COLUMNS)
+        ),
+        "per_night": dg.MetadataValue.md(
+            markdown_table(
+                [{**r, "failure_rate": rate_text(r)} for r in report.per_night], ("night", "log", *_SHOWN_COLUMNS)
+            )
+        ),
+        "failure_rate_plot": interval_chart(
+            report.nights,
+            report.series,
+            title="failure rate per night (95% interval)",
+            xlabel="night",
+            ylabel="failure rate",
+        )
+        if report.nights
+        else "no traffic yet",
+        **{f"{r['model']}/failure_rate": r["failure_rate"] for r in report.per_model if r["failure_rate"] is not None},
+    }
 
 
 def _by_file(tables) -> dict[str, pd.DataFrame]:

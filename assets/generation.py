@@ -2,6 +2,7 @@
 hashes, a step each) and LLM rewrites (a step of their own, beside the shards)."""
 
 import time
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -15,18 +16,17 @@ from assets.metadata import (
     shard_steps,
     task_preview,
 )
-from core.shards import plan_shards
+from core.shards import cache_totals, plan_shards
 from curation.splits import first_per_family
 from generators.base import GenerationResult
 from generators.programmatic import generate_variants
 from generators.rewrite import rewrite_tasks
-from pipeline.resources import GENERATION_CACHE_FOLDER, LLMEndpoint, StorageRoot, VariantPlan
+from generators.shards import SHARD_STATS_COLUMNS, ShardStats, merge_variants
+from resources import GENERATION_CACHE_FOLDER, LLMEndpoint, StorageRoot, VariantPlan
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
 REJECT_COLUMNS = ("parent_id", "seed_id", "family", "generator", "reason_code", "reason", "params", "raw")
-# What one programmatic shard step did: its parents, those its cache held, and the seconds it took.
-SHARD_STATS_COLUMNS = ("shard", "parents", "cache_hits", "cache_rebuilt", "seconds")
 BALANCE_COLUMNS = ("shard", "parents", "cache_hits", "seconds")  # the asset's table of the shard steps
 
 
@@ -57,7 +57,7 @@ def generate_shard(context: dg.OpExecutionContext, shard: pd.DataFrame, plan: Va
             context.log.warning(f"generation cache partly recomputed: {cache.rebuild_reason}")
         started = time.monotonic()
         result = generate_variants(parents, per_seed=plan.per_seed, random_seed=plan.random_seed, cache=cache)
-    stats = {
+    stats: ShardStats = {
         "shard": int(context.get_mapping_key()),  # generation_shards keys its outputs by the shard index
         "parents": len(parents),
         "cache_hits": cache.hits,
@@ -108,44 +108,18 @@ def merge_generation(
     storage: StorageRoot,
 ):
     """The shards' variants back in parent order, then the rewrites: the tables one step would have made."""
-    order = {parent_id: i for i, parent_id in reversed(list(enumerate(parents["task_id"])))}  # first position
-
-    def in_parent_order(frames: list[pd.DataFrame], parent_of) -> list[dict]:
-        rows = [row for frame in frames for row in records_from_frame(frame)]
-        return sorted(rows, key=lambda row: order[parent_of(row)])  # stable: a parent's rows keep their order
-
-    tasks = in_parent_order(variants, lambda task: task["lineage"]["parent_id"])
-    tasks += records_from_frame(rewrites)
-    rejected = in_parent_order(rejects, lambda reject: reject["parent_id"]) + records_from_frame(rewrite_rejects)
-    shards = shard_steps(stats)
-    cache_hits = sum(row["cache_hits"] for row in shards)
-    variant_frame = frame_from_records(tasks, columns=TASK_FIELDS)
-    reject_frame = frame_from_records(rejected, columns=REJECT_COLUMNS)
-    generators = [t["lineage"]["generator"]["name"] for t in tasks]
-    attempts = len(variant_frame) + len(reject_frame)
-    llm_stats = llm["stats"].iloc[0] if len(llm) else {}
+    merged = merge_variants(
+        parents["task_id"].tolist(),
+        [task for frame in variants for task in records_from_frame(frame)],
+        [reject for frame in rejects for reject in records_from_frame(frame)],
+        GenerationResult(records_from_frame(rewrites), records_from_frame(rewrite_rejects)),
+    )
+    variant_frame = frame_from_records(merged.tasks, columns=TASK_FIELDS)
+    reject_frame = frame_from_records(merged.rejects, columns=REJECT_COLUMNS)
     yield dg.Output(
         variant_frame,
         output_name="task_variants",
-        metadata={
-            "rows": len(variant_frame),
-            "rejected": len(reject_frame),
-            "accept_rate": dg.MetadataValue.float(len(variant_frame) / attempts if attempts else 1.0),
-            "parents": len(parents),
-            "failure_parents": len(failure_tasks),
-            "programmatic_parents_reused": cache_hits,
-            "programmatic_parents_generated": sum(row["parents"] for row in shards) - cache_hits,
-            "programmatic_cache_rebuilt": any(row["cache_rebuilt"] for row in shards),
-            # The shard steps' generation time added up (the work); `shard_balance` shows each step's share.
-            "programmatic_seconds": dg.MetadataValue.float(round(sum((row["seconds"] for row in shards), 0.0), 3)),
-            **shard_metadata(plan.shards(), shards, BALANCE_COLUMNS),
-            "families": count_table(variant_frame["family"], "family"),
-            "generators": count_table(generators, "generator"),
-            "llm_calls_made": int(llm_stats.get("calls", 0)),
-            "llm_calls_cached": int(llm_stats.get("hits", 0)),
-            "llm": dg.MetadataValue.json(llm_stats),
-            "preview": task_preview(variant_frame),
-        },
+        metadata=_variant_metadata(merged, variant_frame, parents, failure_tasks, shard_steps(stats), llm, plan),
     )
     yield dg.Output(
         reject_frame,
@@ -176,3 +150,36 @@ def task_variants(seed_tasks: pd.DataFrame, failure_tasks: pd.DataFrame):
     return merge_generation(
         parents, failure_tasks, variants.collect(), rejects.collect(), stats.collect(), rewrites, rewrite_rejects, llm
     )
+
+
+def _variant_metadata(
+    merged: GenerationResult,
+    variant_frame: pd.DataFrame,
+    parents: pd.DataFrame,
+    failure_tasks: pd.DataFrame,
+    shards: list[dict[str, Any]],
+    llm: pd.DataFrame,
+    plan: VariantPlan,
+) -> dict[str, Any]:
+    """`task_variants`' metadata: its numbers, the shard steps' and the LLM rewrites' (a row; none: no rewrites)."""
+    cache = cache_totals(shards, "parents")
+    llm_stats = llm["stats"].iloc[0] if len(llm) else {}
+    return {
+        "rows": len(merged.tasks),
+        "rejected": len(merged.rejects),
+        "accept_rate": dg.MetadataValue.float(merged.accept_rate()),
+        "parents": len(parents),
+        "failure_parents": len(failure_tasks),
+        "programmatic_parents_reused": cache.hits,
+        "programmatic_parents_generated": cache.misses,
+        "programmatic_cache_rebuilt": cache.rebuilt,
+        # The shard steps' generation time added up (the work); `shard_balance` shows each step's share.
+        "programmatic_seconds": dg.MetadataValue.float(cache.seconds),
+        **shard_metadata(plan.shards(), shards, BALANCE_COLUMNS),
+        "families": count_table(variant_frame["family"], "family"),
+        "generators": count_table((task["lineage"]["generator"]["name"] for task in merged.tasks), "generator"),
+        "llm_calls_made": int(llm_stats.get("calls", 0)),
+        "llm_calls_cached": int(llm_stats.get("hits", 0)),
+        "llm": dg.MetadataValue.json(llm_stats),
+        "preview": task_preview(variant_frame),
+    }

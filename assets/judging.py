@@ -3,6 +3,7 @@
 import time
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -14,7 +15,6 @@ from core.shards import plan_shards
 from curation.splits import first_per_family
 from judge import (
     DEFAULT_RUBRIC,
-    LABEL_COLUMNS,
     LABEL_PARAMS,
     JudgeHistoryError,
     JudgeSetup,
@@ -24,20 +24,24 @@ from judge import (
     audit_labels,
     calibrate,
     calibration_sample,
+    calibration_verdict,
     describe_change,
     judge_setup,
     judge_tasks,
-    label_rows,
+    label_table,
     load_audit_set,
     load_setup,
     lowest_score_counts,
     save_setup,
     score_counts,
     self_consistency,
+    tasks_to_label,
+    verdicts_by_family,
+    worst_labelled,
 )
 from judge import check as check_calibration
 from judge.rubric import SCORES
-from pipeline.resources import JUDGE_HISTORY_FOLDER, JudgePolicy, LLMEndpoint, SeedRepository, StorageRoot
+from resources import JUDGE_HISTORY_FOLDER, JudgePolicy, LLMEndpoint, SeedRepository, StorageRoot
 from validators.seeds import AUDIT_DIR
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
@@ -116,7 +120,7 @@ def build_judge_calibration(severity: dg.AssetCheckSeverity) -> dg.AssetsDefinit
 def judge_shards(deduplicated_tasks: pd.DataFrame, judge: JudgePolicy):
     """The tasks to judge (non-duplicates, `judge.max_per_family` per family), one table per non-empty shard of
     task-id hashes; after the calibration (the two would share the endpoint)."""
-    tasks = records_from_frame(_kept(deduplicated_tasks))
+    tasks = records_from_frame(tasks_to_label(deduplicated_tasks))
     chosen = [tasks[i] for i in first_per_family(tasks, judge.max_per_family)]
     for shard, positions in enumerate(plan_shards([t["task_id"] for t in chosen], judge.shards())):
         if positions:  # an empty hash range makes no step
@@ -156,51 +160,20 @@ def merge_judgments(
     storage: StorageRoot,
 ) -> dg.Output[pd.DataFrame]:
     """The shards' judgments as labels of every non-duplicate task (in its input order), and the run's record."""
-    kept = _kept(deduplicated_tasks)
-    tasks = records_from_frame(kept)
     judged = [Judgment.from_dict(row) for frame in judgments for row in records_from_frame(frame)]
     shards = shard_steps(stats)
     totals = JudgeStats.total(JudgeStats.from_record(row["stats"]) for row in shards)
     setup = judge_setup(llm.client(), params=LABEL_PARAMS)  # the shards' setup (no call is made for it)
-    rows = label_rows([task["task_id"] for task in tasks], judged)
-    labelled = pd.concat([kept, pd.DataFrame(rows, columns=LABEL_COLUMNS)], axis=1)
-    # A table from before the verdict was kept has no column: an unknown judge, whose labels are not used.
-    passed = judge_calibration.get("calibration_passed", pd.Series([], dtype=bool))
-    calibrated = bool(len(passed)) and bool(passed.all())
-    labelled["judge_calibrated"] = calibrated  # the verdict on the judge: the splits use its labels only if True
-    counts = score_counts(judged, DEFAULT_RUBRIC)
-    lowest = lowest_score_counts(judged, {t["task_id"]: t["family"] for t in tasks})
+    calibrated = calibration_verdict(judge_calibration)  # the splits use the judge's labels only if True
+    labelled = label_table(tasks_to_label(deduplicated_tasks), judged, calibrated)
     # Which judge setup the labels came from, kept beside the storage root's other side state (judge.history).
     with storage.folder(JUDGE_HISTORY_FOLDER) as folder:
         history = folder / "judged_tasks.json"
         rejudged = _rejudged(context, history, setup)
         save_setup(history, setup)  # only once the run succeeded: a failed run leaves the previous record
     storage.remove_step_outputs(context.run_id, "judged_tasks")  # the shards: this run's scratch, now merged
-    return dg.Output(
-        labelled,
-        metadata={
-            "rows": len(labelled),
-            "judge_calibrated": calibrated,
-            "judged": len(judged),
-            "rejudged": rejudged,
-            "verdicts": count_table(labelled["judge_verdict"], "verdict"),
-            "accept_rate": dg.MetadataValue.float(accept_rate(judged)),
-            "accept_by_family": _accept_by_family(labelled),
-            "score_histograms": _histograms(counts),
-            "score_plot": bar_chart(_by_score(counts), title="scores per criterion", xlabel="score", ylabel="tasks"),
-            "lowest_score_plot": bar_chart(
-                _by_score(lowest), title="lowest criterion score per task, by family", xlabel="score", ylabel="tasks"
-            ),
-            "judge_errors": count_table((j.error for j in judged if j.error), "error"),
-            "llm_calls_made": totals.calls,
-            "llm_calls_cached": totals.cached,
-            "llm": dg.MetadataValue.json(totals.as_dict(judge.prices())),
-            "judge_setup": dg.MetadataValue.json(setup.as_dict()),
-            **shard_metadata(judge.shards(), shards, ["shard", "tasks", "calls", "seconds"]),
-            "worst": preview(_worst(labelled), ("task_id", "family", "judge_scores", "judge_rationale")),
-            "rubric": DEFAULT_RUBRIC.label,
-        },
-    )
+    metadata = _judged_metadata(labelled, judged, calibrated, rejudged, totals, setup, shards, judge)
+    return dg.Output(labelled, metadata=metadata)
 
 
 @dg.graph_asset(group_name=groups.JUDGING)
@@ -209,12 +182,6 @@ def judged_tasks(deduplicated_tasks: pd.DataFrame, judge_calibration: pd.DataFra
     judged in shards of task-id hashes, one step each (`judge.judge_shards`)."""
     judgments, stats = judge_shards(deduplicated_tasks, judge_calibration).map(judge_shard)
     return merge_judgments(deduplicated_tasks, judge_calibration, judgments.collect(), stats.collect())
-
-
-def _kept(deduplicated_tasks: pd.DataFrame) -> pd.DataFrame:
-    """The tasks the judge labels: the non-duplicates, in input order."""
-    kept = ~deduplicated_tasks["is_duplicate"].astype(bool)
-    return deduplicated_tasks.loc[kept, list(TASK_FIELDS)].reset_index(drop=True)
 
 
 def _rejudged(context: dg.OpExecutionContext, history: Path, setup: JudgeSetup) -> str:
@@ -230,8 +197,47 @@ def _rejudged(context: dg.OpExecutionContext, history: Path, setup: JudgeSetup) 
     return change
 
 
+def _judged_metadata(
+    labelled: pd.DataFrame,
+    judged: list[Judgment],
+    calibrated: bool,
+    rejudged: str,
+    totals: JudgeStats,
+    setup: JudgeSetup,
+    shards: list[dict[str, Any]],
+    judge: JudgePolicy,
+) -> dict[str, Any]:
+    """`judged_tasks`' metadata: the verdicts and scores (tables and plots), the calls, the setup, the shard steps."""
+    counts = score_counts(judged, DEFAULT_RUBRIC)
+    lowest = lowest_score_counts(judged, dict(zip(labelled["task_id"], labelled["family"], strict=True)))
+    return {
+        "rows": len(labelled),
+        "judge_calibrated": calibrated,
+        "judged": len(judged),
+        "rejudged": rejudged,
+        "verdicts": count_table(labelled["judge_verdict"], "verdict"),
+        "accept_rate": dg.MetadataValue.float(accept_rate(judged)),
+        "accept_by_family": _accept_by_family(labelled),
+        "score_histograms": _histograms(counts),
+        "score_plot": bar_chart(_by_score(counts), title="scores per criterion", xlabel="score", ylabel="tasks"),
+        "lowest_score_plot": bar_chart(
+            _by_score(lowest), title="lowest criterion score per task, by family", xlabel="score", ylabel="tasks"
+        ),
+        "judge_errors": count_table((j.error for j in judged if j.error), "error"),
+        "llm_calls_made": totals.calls,
+        "llm_calls_cached": totals.cached,
+        "llm": dg.MetadataValue.json(totals.as_dict(judge.prices())),
+        "judge_setup": dg.MetadataValue.json(setup.as_dict()),
+        **shard_metadata(judge.shards(), shards, ["shard", "tasks", "calls", "seconds"]),
+        "worst": preview(
+            worst_labelled(labelled, WORST_ROWS), ("task_id", "family", "judge_scores", "judge_rationale")
+        ),
+        "rubric": DEFAULT_RUBRIC.label,
+    }
+
+
 def _accept_by_family(labelled: pd.DataFrame) -> dg.MetadataValue:
-    table = pd.crosstab(labelled["family"], labelled["judge_verdict"]).reset_index()
+    table = verdicts_by_family(labelled)
     return dg.MetadataValue.md(markdown_table(table.to_dict(orient="records"), list(table.columns)))
 
 
@@ -244,9 +250,3 @@ def _histograms(counts: dict[str, dict[int, int]]) -> dg.MetadataValue:
 def _by_score(counts: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:
     """`{series: {score: n}}` with the scores as labels, in order 1-5 (what `bar_chart` and the tables take)."""
     return {name: {str(score): n for score, n in by_score.items()} for name, by_score in counts.items()}
-
-
-def _worst(labelled: pd.DataFrame) -> pd.DataFrame:
-    scored = labelled[labelled["judge_scores"].notna()]
-    totals = scored["judge_scores"].map(lambda scores: sum(scores.values()))
-    return scored.assign(total=totals).sort_values("total").head(WORST_ROWS)

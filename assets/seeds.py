@@ -5,7 +5,7 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, preview, task_preview
-from pipeline.resources import VALIDATION_CACHE_FOLDER, SeedRepository, StorageRoot
+from resources import VALIDATION_CACHE_FOLDER, SeedRepository, StorageRoot
 from validators.tables import frame_from_records
 from validators.tasks import TASK_FIELDS
 

@@ -1,24 +1,30 @@
 """Split assets: judged tasks to the train and eval sides of their lineage, and the contamination check."""
 
-from typing import Any
+from collections.abc import Iterator
 
 import dagster as dg
 import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
-from curation.curate import index_tasks, near_copy_roots, task_text, torn_row
+from curation.admission import Admission, admit
+from curation.curate import index_tasks, task_text
 from curation.dedup import near_duplicate_pairs
 from curation.manifests import checkpoint_leaks, trained_tasks
-from curation.splits import lineage_leaks, task_roots
-from curation.vouching import HELD_BACK_COLUMNS, vouch
+from curation.split_ledger import LedgerEntry
+from curation.splits import EVAL, failure_count, failure_tasks, lineage_leaks
 from generators.rewrite import CHECKS_VERSION, LLMRewriter
-from pipeline.resources import CHECKPOINTS_FOLDER, EXPORT_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
-from validators.export import export_split
-from validators.tables import frame_from_records, records_from_frame
+from resources import CHECKPOINTS_FOLDER, EXPORT_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
+from validators.export import ExportedSplit, export_split
+from validators.tables import records_from_frame
 
 # The LLM generators, each with the version of the checks against its parent that vouch for its text today.
 LLM_CHECKS = {LLMRewriter.name: CHECKS_VERSION}
+# Logged when the judge's labels are wanted (`use_labels` "accepted") but the judge failed its calibration.
+UNCALIBRATED_JUDGE = (
+    "the judge did not pass its calibration (judge_agreement): its labels neither filter the splits nor vouch for "
+    "LLM text this run"
+)
 
 
 @dg.multi_asset(
@@ -48,87 +54,76 @@ def split_tasks(
     """
     labels_in_use = judge.labels_in_use(judged_tasks)
     if judge.use_labels == "accepted" and not labels_in_use:
-        context.log.warning(
-            "the judge did not pass its calibration (judge_agreement): its labels neither filter the splits nor "
-            "vouch for LLM text this run"
-        )
-    kept = judge.kept(judged_tasks)
-    # LLM text that neither its current checks nor a judge whose labels are in use vouches for is held back.
-    candidates = records_from_frame(kept)
-    vouching = vouch(
-        candidates,
-        judged_tasks.loc[kept.index, "judge_verdict"].tolist(),
+        context.log.warning(UNCALIBRATED_JUDGE)
+    ledger = storage.split_ledger()
+    admitted = admit(
+        judge.kept(judged_tasks),
+        judged_tasks["judge_verdict"],
         current_checks=LLM_CHECKS,
         judge_vouches=labels_in_use,
+        config=policy.minhash_config(),
+        known=ledger.state().sides,
     )
-    for row in vouching.held_back:
-        context.log.warning(f"held back {row['task_id']} ({row['family']}, {row['generator']}): {row['reason']}.")
-    kept = kept[vouching.kept]
-    records = [record for record, vouched in zip(candidates, vouching.kept, strict=True) if vouched]
-    ledger = storage.split_ledger()
-    # A production failure that near-copies another root's task takes that root's side (else it could train on an
-    # eval item's twin, and the contamination check would stop the run); one that near-copies both sides is held out.
-    near = near_copy_roots(records, policy.minhash_config(), known=ledger.state().sides)
-    clean = [root not in near.torn for root in task_roots(records)]
-    torn = [torn_row(record) for record, ok in zip(records, clean, strict=True) if not ok]
-    for row in torn:
-        context.log.warning(f"held back {row['task_id']} ({row['family']}): {row['reason']}.")
-    kept, records = kept[clean], [record for record, ok in zip(records, clean, strict=True) if ok]
-    held_back = frame_from_records([*vouching.held_back, *torn], HELD_BACK_COLUMNS)
-    entry = ledger.assign(kept, policy.split_config(), run_id=context.run.run_id, follows=near.follows)
-    for note in entry.notes:
-        context.log.warning(f"split: {note}")
-    plan, state = entry.plan, entry.state
-    for root, leader in plan.followed.items():
-        context.log.info(f"split: failure root {root} near-copies a task of {leader}: it takes its side")
+    for warning in admitted.warnings:
+        context.log.warning(warning)
+    entry = ledger.assign(admitted.tasks, policy.split_config(), run_id=context.run.run_id, follows=admitted.follows)
+    for level, line in entry.log_lines():
+        context.log.log(level, line)
     with policy.dedup_index(storage) as index:
-        added = index_tasks(records, index)  # a rerun after a crash finds them known: idempotent
-    sides = pd.Series(plan.splits, index=kept.index)
-    split_numbers: dict[str, Any] = {
-        "split_plan": state.seq,
-        "split_epoch": state.epoch,
-        "split_plan_id": state.plan_id,
-        "new_roots": len(entry.new_roots),
-        "followed_roots": len(plan.followed),
-        "ledger_roots": len(state.sides),
-        "dedup_index_rows_added": added,
-        "dedup_index_rows": len(index),
-        "vouched_by": count_table([v for v in vouching.vouchers if v is not None], "voucher"),
-        "judge_labels_in_use": labels_in_use,
-        "held_back": len(held_back),
-        "held_back_reasons": count_table(held_back["reason"], "reason"),
-    }
-    parts = {name: kept[sides == name].reset_index(drop=True) for name in ("train", "eval")}
+        added = index_tasks(admitted.records, index)  # a rerun after a crash finds them known: idempotent
+    parts = entry.plan.side_tasks(admitted.tasks)
     with storage.folder(EXPORT_FOLDER) as folder:
         exported = {name: export_split(part, folder, name) for name, part in parts.items()}
+    index_numbers = {"dedup_index_rows_added": added, "dedup_index_rows": len(index)}
+    yield from _split_outputs(parts, exported, entry, admitted, index_numbers, labels_in_use, policy, storage)
+
+
+def _split_outputs(
+    parts: dict[str, pd.DataFrame],
+    exported: dict[str, ExportedSplit],
+    entry: LedgerEntry,
+    admitted: Admission,
+    index_numbers: dict[str, int],
+    labels_in_use: bool,
+    policy: CurationPolicy,
+    storage: StorageRoot,
+) -> Iterator[dg.Output]:
+    """The outputs of `split_tasks` with their metadata: both sides, then the eval side's production failures."""
+    numbers = {
+        **entry.as_metadata(),
+        **index_numbers,
+        "vouched_by": count_table(admitted.vouchers, "voucher"),
+        "judge_labels_in_use": labels_in_use,
+        "held_back": len(admitted.held_back),
+        "held_back_reasons": count_table(admitted.held_back["reason"], "reason"),
+    }
     for name, part in parts.items():
-        summary_columns = ["source", *policy.stratify_by, "roots", f"{name}_roots", f"{name}_tasks"]
+        strata = ["source", *policy.stratify_by, "roots", f"{name}_roots", f"{name}_tasks"]
         yield dg.Output(
             part,
             output_name=f"{name}_tasks",
             metadata={
                 "rows": len(part),
-                "roots": len({r for r, s in zip(plan.roots, plan.splits, strict=True) if s == name}),
-                **split_numbers,
+                "roots": entry.plan.root_count(name),
+                **numbers,
                 "families": count_table(part["family"], "family"),
-                "strata": dg.MetadataValue.md(markdown_table(plan.summary, summary_columns)),
+                "strata": dg.MetadataValue.md(markdown_table(entry.plan.summary, strata)),
                 "export_parquet": dg.MetadataValue.path(storage.location(EXPORT_FOLDER, exported[name].parquet.name)),
                 "export_jsonl": dg.MetadataValue.path(storage.location(EXPORT_FOLDER, exported[name].jsonl.name)),
                 "preview": task_preview(part),
-                "held_back_preview": preview(held_back, ["task_id", "family", "generator", "reason"]),
+                "held_back_preview": preview(admitted.held_back, ["task_id", "family", "generator", "reason"]),
             },
         )
-        if name == "eval":
-            failures = part[[bool((lineage or {}).get("failure_id")) for lineage in part["lineage"]]]
-            yield dg.Output(
-                failures.reset_index(drop=True),
-                output_name="failure_eval",
-                metadata={
-                    "rows": len(failures),
-                    "failures": len({lineage["failure_id"] for lineage in failures["lineage"]}),
-                    "families": count_table(failures["family"], "family") if len(failures) else "none",
-                },
-            )
+    failures = failure_tasks(parts[EVAL])
+    yield dg.Output(
+        failures,
+        output_name="failure_eval",
+        metadata={
+            "rows": len(failures),
+            "failures": failure_count(failures),
+            "families": count_table(failures["family"], "family") if len(failures) else "none",
+        },
+    )
 
 
 @dg.asset_check(

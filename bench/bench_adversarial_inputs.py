@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -58,6 +59,19 @@ CASES: list[tuple[str, Callable[[str], object], str, Callable[[int], str]]] = [
 ]
 
 
+class Growth(NamedTuple):
+    """One pattern's times at n and 4n repetitions."""
+
+    reader: str
+    pattern: str
+    n_s: float
+    four_n_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.four_n_s / self.n_s
+
+
 def best_of(func: Callable[[str], object], text: str, repeat: int) -> float:
     """The fastest of `repeat` calls, in seconds (the least disturbed by other work on the machine)."""
     times = []
@@ -75,27 +89,27 @@ def main() -> None:
     args = parser.parse_args()
     n = 12_500 if args.quick else 50_000
 
-    rows = []
-    for reader, func, pattern, make in CASES:
-        small, large = best_of(func, make(n), args.repeat), best_of(func, make(4 * n), args.repeat)
-        rows.append({"reader": reader, "pattern": pattern, "n_s": small, "4n_s": large, "ratio": large / small})
+    rows = [
+        Growth(reader, pattern, best_of(func, make(n), args.repeat), best_of(func, make(4 * n), args.repeat))
+        for reader, func, pattern, make in CASES
+    ]
 
     print(f"{'reader':<12} {'pattern':<32} {'n (s)':>9} {'4n (s)':>9} {'4n/n':>6}")
     for row in rows:
-        print(f"{row['reader']:<12} {row['pattern']:<32} {row['n_s']:>9.4f} {row['4n_s']:>9.4f} {row['ratio']:>6.1f}")
-    worst = max(rows, key=lambda row: row["ratio"])
-    met = worst["ratio"] <= TARGET_RATIO
+        print(f"{row.reader:<12} {row.pattern:<32} {row.n_s:>9.4f} {row.four_n_s:>9.4f} {row.ratio:>6.1f}")
+    worst = max(rows, key=lambda row: row.ratio)
+    met = worst.ratio <= TARGET_RATIO
     print(
-        f"worst growth {worst['ratio']:.1f} ({worst['reader']}: {worst['pattern']}); target <= {TARGET_RATIO:.0f}: "
+        f"worst growth {worst.ratio:.1f} ({worst.reader}: {worst.pattern}); target <= {TARGET_RATIO:.0f}: "
         f"{'met' if met else 'MISSED'}"
     )
-    figures = {f"{row['reader']}/{row['pattern']}": round(row["ratio"], 2) for row in rows}
+    figures = {f"{row.reader}/{row.pattern}": round(row.ratio, 2) for row in rows}
     print(
         json.dumps(
             {
                 "bench": "adversarial_inputs",
                 "n": n,
-                "worst_ratio": round(worst["ratio"], 2),
+                "worst_ratio": round(worst.ratio, 2),
                 "target_ratio": TARGET_RATIO,
                 "met": met,
                 "ratios": figures,

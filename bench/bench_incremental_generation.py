@@ -16,6 +16,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def seed_tasks(count: int) -> list[dict[str, Any]]:
     return tasks
 
 
-def rewriter(body: dict[str, Any]) -> str:
+def rewriter(body: Mapping[str, Any]) -> str:
     """A well-behaved model: the task text back with a prefix per kind, so every number survives."""
     text = body["messages"][-1]["content"]
     inner = text.split(">", 1)[1].rsplit("</", 1)[0].strip() if ">" in text else text

@@ -1,11 +1,13 @@
 """Incremental nights: with 1% new seeds, night 2 costs <= 5% of night 1 for generation, validation and dedup.
 
-`.venv/bin/python bench/bench_incremental_validation.py [--rounds 2] [--gsm8k 300] [--per-seed 3]`
+`.venv/bin/python bench/bench_incremental_validation.py [--rounds 2] [--gsm8k 300] [--per-seed 3] [--families ...]`
 
-**Corpus** (real data): the bundled seeds of all five families (`python_function` runs the sandbox, `sql` reads
-its SQLite fixture), multiplied by promoting their programmatic variants made at `--rounds` other random seeds
-to seeds of their own (each a distinct task: a new gold, renamed functions with new tests, swapped literals),
-plus `--gsm8k` GSM8K train questions (MIT licence, `../shared/data/gsm8k/train.jsonl`) as arithmetic seeds.
+**Corpus** (real data): the bundled seeds of every family, or of `--families` (`python_function` runs the sandbox,
+`sql` reads its SQLite fixture), multiplied by promoting their programmatic variants made at `--rounds` other
+random seeds to seeds of their own (each a distinct task: a new gold, renamed functions with new tests, swapped
+literals), plus `--gsm8k` GSM8K train questions (MIT licence, `../shared/data/gsm8k/train.jsonl`) as arithmetic
+seeds. `--families arithmetic --rounds 0 --gsm8k 10 --per-seed 1` is a smoke run of a few seconds (its ratios mean
+nothing at that size).
 1% of the corpus, drawn at random across families, is held back: it is night 2's new seeds.
 
 **A night** runs what the nightly regeneration runs for these stages, with every cache persisted in one storage
@@ -37,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,10 +55,11 @@ from generators.programmatic import (  # noqa: E402
 )
 from validators.cache_store import CacheStore  # noqa: E402
 from validators.registry import VerifyContext  # noqa: E402
-from validators.seeds import load_seeds  # noqa: E402
+from validators.seeds import AUDIT_DIR, load_seeds  # noqa: E402
 from validators.tasks import check_tasks  # noqa: E402
 
 SEEDS = REPO / "seeds"
+FAMILIES = sorted(path.name for path in SEEDS.iterdir() if path.is_dir() and path.name != AUDIT_DIR)
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 GSM8K_SYSTEM = "Solve the problem. Show your reasoning, then give the final answer on its own line as '#### <number>'."
 TARGET = 0.05  # night 2 / night 1, the three stages together
@@ -97,23 +100,24 @@ def gsm8k_seeds(folder: Path, count: int) -> None:
                 "tags": ["gsm8k"],
             }
         )
+    (folder / "arithmetic").mkdir(parents=True, exist_ok=True)
     (folder / "arithmetic" / "gsm8k_bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def as_seed(task: dict[str, Any]) -> dict[str, Any]:
+def as_seed(task: Mapping[str, Any]) -> dict[str, Any]:
     """A variant promoted to a seed: its own lineage root."""
     lineage = {"seed_id": task["task_id"], "parent_id": None, "generator": None, "source": "seed", "failure_id": None}
     return {**task, "lineage": lineage}
 
 
-def corpus(seeds_dir: Path, rounds: int, gsm8k: int) -> list[dict[str, Any]]:
+def corpus(seeds_dir: Path, rounds: int, gsm8k: int) -> list[Mapping[str, Any]]:
     """Every corpus seed (checked like the seed loader checks them), in a fixed random order."""
     gsm8k_seeds(seeds_dir, gsm8k)
     context = VerifyContext(seeds_dir=seeds_dir)
     loaded = load_seeds([seeds_dir], context=context)
     seeds = {t["task_id"]: {k: v for k, v in t.items() if k != "origin"} for t in loaded.tasks}
     bundled = [seeds[t["task_id"]] for t in loaded.tasks if "gsm8k_bench" not in t["origin"]]
-    derived = []
+    derived: list[Mapping[str, Any]] = []
     for round_seed in range(1, rounds + 1):
         made = generate_variants(
             bundled, per_seed=3, random_seed=round_seed, generators=programmatic_generators(context)
@@ -126,7 +130,7 @@ def corpus(seeds_dir: Path, rounds: int, gsm8k: int) -> list[dict[str, Any]]:
     return tasks
 
 
-def night(seeds: list[dict[str, Any]], root: Path, context: VerifyContext, per_seed: int) -> dict[str, Any]:
+def night(seeds: Sequence[Mapping[str, Any]], root: Path, context: VerifyContext, per_seed: int) -> dict[str, Any]:
     """One night's generation, validation and dedup against the caches under `root`."""
     config = MinHashConfig()
     generation_cache = CacheStore.open(root / "generation_cache")
@@ -174,9 +178,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="random seeds whose variants become seeds")
     parser.add_argument("--gsm8k", type=int, default=300, help="GSM8K train questions added as arithmetic seeds")
     parser.add_argument("--per-seed", type=int, default=3)
+    parser.add_argument(
+        "--families", nargs="+", choices=FAMILIES, default=FAMILIES, help="bundled seed families (default: all)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        seeds_dir = Path(shutil.copytree(SEEDS, Path(tmp) / "seeds"))
+        seeds_dir = Path(tmp) / "seeds"
+        for family in args.families:
+            shutil.copytree(SEEDS / family, seeds_dir / family)
         context = VerifyContext(seeds_dir=seeds_dir)
         started = time.perf_counter()
         tasks = corpus(seeds_dir, args.rounds, args.gsm8k)

@@ -39,6 +39,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from generators.base import derive_task  # noqa: E402
 from pipeline.instance import open_instance  # noqa: E402
 from pipeline.runs import materialize  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
+from validators.records import GeneratorSpec, TaskRecord  # noqa: E402
 from validators.registry import VerifyContext  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
 from validators.tables import frame_from_records, write_table  # noqa: E402
@@ -59,7 +61,7 @@ from validators.tasks import TASK_FIELDS  # noqa: E402
 
 SEEDS = REPO / "seeds"
 FAMILY = "python_function"
-CLONE = {"name": "bench_clone", "version": 1, "params": {}}
+CLONE: GeneratorSpec = {"name": "bench_clone", "version": 1, "params": {}}
 TARGET = 1.8  # shard-phase speed-up on 2 cores, 2 being the ideal
 PROJECTED_TASKS = (1_000_000, 10_000_000)
 PROJECTED_WORKERS = (1, 8, 64)
@@ -81,7 +83,7 @@ class Stage:
             return {"policy": {"validation_shards": shards, "validation_threads": threads}}
         return {"plan": {"generation_shards": shards, "rewrite_kinds": []}}
 
-    def plant(self, home: Path, seeds: list[dict[str, Any]], clones: list[dict[str, Any]]) -> None:
+    def plant(self, home: Path, seeds: Sequence[Mapping[str, Any]], clones: Sequence[Mapping[str, Any]]) -> None:
         """The stage's upstream tables, as a night's earlier steps leave them."""
         parents, variants = (seeds, clones) if self.asset == "validated_tasks" else (clones, [])
         write_table(frame_from_records(parents, (*TASK_FIELDS, "origin")), home / "seed_tasks.parquet")
@@ -115,7 +117,7 @@ RUNS = (
 )
 
 
-def corpus(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def corpus(count: int) -> tuple[list[dict[str, Any]], list[TaskRecord]]:
     """The python_function seeds, and `count` distinct clones of them (a numbered prompt each)."""
     context = VerifyContext(seeds_dir=SEEDS)
     seeds = [t for t in load_seeds([SEEDS / FAMILY], root=SEEDS.parent, context=context).tasks]
@@ -131,12 +133,17 @@ def corpus(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return seeds, clones
 
 
-def run(stage: Stage, root: Path, corpus: tuple[list, list], shards: int, threads: int, steps: int) -> dict:
+Corpus = tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]
+
+
+def run(stage: Stage, root: Path, corpus: Corpus, shards: int, threads: int, steps: int) -> dict[str, Any]:
     """One cold materialization of the stage's asset; its figures."""
     settings = Settings.from_env(
         {}, profile="quickstart", home=root / "home", seeds_dir=SEEDS, dagster_home=root / "dagster"
     )
-    stage.plant(settings.home, *corpus)
+    home = settings.home
+    assert isinstance(home, Path), home  # root / "home": a local folder, not an object-store URL
+    stage.plant(home, *corpus)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     resources = stage.resources(shards, threads)
@@ -147,11 +154,18 @@ def run(stage: Stage, root: Path, corpus: tuple[list, list], shards: int, thread
         raise SystemExit(f"the run failed: {summary.failures}")
     metadata = next(a for a in summary.assets if a.key == stage.asset).metadata
     with open_instance(settings) as instance:
-        events = [e for e in instance.all_logs(summary.run_id) if e.dagster_event and e.step_key]
-    shard_events = [e for e in events if e.step_key.startswith(stage.shard_step)]
+        shard_events = [
+            e
+            for e in instance.all_logs(summary.run_id)
+            if e.dagster_event and e.step_key and e.step_key.startswith(stage.shard_step)
+        ]
     starts = [e.timestamp for e in shard_events if e.dagster_event_type == dg.DagsterEventType.STEP_START]
     ends = [e.timestamp for e in shard_events if e.dagster_event_type == dg.DagsterEventType.STEP_SUCCESS]
-    pids = {e.dagster_event.pid for e in shard_events if e.dagster_event_type == dg.DagsterEventType.STEP_START}
+    pids = {
+        e.dagster_event.pid
+        for e in shard_events
+        if e.dagster_event and e.dagster_event_type == dg.DagsterEventType.STEP_START
+    }
     return {
         "wall_s": round(wall, 2),
         "shard_phase_s": round(max(ends) - min(starts), 2),
@@ -203,7 +217,7 @@ def main() -> int:
     print("on paper, a cold night (every task worked on) on N one-core workers, assuming the time is linear in")
     print("tasks and each worker has a core of its own (split, merge, step start-ups and the cache not counted):")
     print(f"{'tasks':>12} " + " ".join(f"{f'N={n}':>9}" for n in PROJECTED_WORKERS))
-    projected = {}
+    projected: dict[str, float] = {}
     for tasks in PROJECTED_TASKS:
         hours = {n: tasks * per_task_s / n / 3600 for n in PROJECTED_WORKERS}
         projected |= {f"hours_{tasks}_tasks_{n}_workers": round(h, 3) for n, h in hours.items()}

@@ -10,6 +10,7 @@ Runs in about a minute on 2 cores; `--quick` cuts the counts for a smoke test.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sqlite3
@@ -103,10 +104,12 @@ def seed_samples(names: list[str]) -> dict[str, tuple[dict[str, Any], str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke test")
-    parser.add_argument("--batch", type=int, default=1000, help="python_tests completions scored in parallel")
+    parser.add_argument(
+        "--batch", type=int, default=None, help="python_tests completions scored in parallel (1000; 50 with --quick)"
+    )
     args = parser.parse_args()
     repeat = 5 if args.quick else 30
-    batch = 50 if args.quick else args.batch
+    batch = args.batch or (50 if args.quick else 1000)
     workers = os.cpu_count() or 1
     figures: dict[str, Any] = {"cpus": workers, "python": sys.version.split()[0]}
     figures["sandbox_layers"] = isolation_report()["layers"]
@@ -150,9 +153,9 @@ def main() -> None:
                 checks[name] = verify(task, completion, context=context).reason
                 sandboxed = name in SANDBOXED
                 rates[name] = rate(
-                    lambda t=task, c=completion, x=context: verify(t, c, context=x),
-                    min_calls=10 if sandboxed else 200,
-                    budget_s=0.5 if args.quick else (2.0 if sandboxed else 1.0),
+                    functools.partial(verify, task, completion, context=context),
+                    min_calls=10 if sandboxed or args.quick else 200,
+                    budget_s=0.2 if args.quick else (2.0 if sandboxed else 1.0),
                 )
             except Exception as exc:  # a sample from someone else's seeds may not fit; report it, keep going
                 checks[name] = f"error: {type(exc).__name__}: {exc}"[:120]

@@ -70,6 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -244,7 +245,7 @@ def child_main(spec_path: Path) -> int:
     spec = json.loads(spec_path.read_text())
     import torch
 
-    from training.grpo import grpo_config_class, run_grpo, runtime_defaults
+    from training.grpo import SeedwheelGRPOFields, grpo_config_class, run_grpo, runtime_defaults
 
     quiet_hf()
     cuda = torch.cuda.is_available()
@@ -255,14 +256,19 @@ def child_main(spec_path: Path) -> int:
     settings["activation_checkpointing"] = False  # a 136M model needs no memory saving; same in both configs
     if spec["mode"] == "vllm":
         settings.update(use_vllm=True, vllm_mode="colocate", **spec["vllm"])
-    config = grpo_config_class()(
-        output_dir=spec["output_dir"],
+    # Seedwheel's own fields, checked against their dataclass (the type checker's SeedwheelGRPOConfig takes only
+    # trl's GRPOConfig fields as keywords); the ones not named here go in at their defaults.
+    seedwheel = SeedwheelGRPOFields(
         train_file=spec["train_file"],
         reward_weights_by_verifier={"*": 1.0},
+        max_prompt_tokens=spec["max_prompt_tokens"],
+    )
+    config = grpo_config_class()(
+        **asdict(seedwheel),
+        output_dir=spec["output_dir"],
         per_device_train_batch_size=spec["batch"],
         num_generations=spec["group"],
         max_completion_length=spec["max_new_tokens"],
-        max_prompt_tokens=spec["max_prompt_tokens"],
         max_steps=spec["steps"],
         learning_rate=spec["lr"],
         logging_steps=1,
@@ -450,8 +456,8 @@ def main() -> int:
         args.max_prompt_tokens = 512 if args.episodes else 256  # an episode's system message lists its tools
     if not cuda:
         log.info("No CUDA GPU, --allow-cpu: smoke run of the plain config (%s)", SMOKE)
-        for key, value in SMOKE.items():
-            setattr(args, key, value)
+        for option, setting in SMOKE.items():
+            setattr(args, option, setting)
     for name in ("steps", "batch", "group", "max_new_tokens", "max_prompt_tokens", "seeds", "run_timeout"):
         if getattr(args, name) < 1:
             print(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}", file=sys.stderr)
@@ -477,6 +483,7 @@ def main() -> int:
     elif "vllm" in modes and not vllm_available():
         skipped["vllm"] = "skipped: vllm not installed"
         log.warning("vllm is not installed: running the plain config only. For vLLM: %s", GPU_EXTRA_HINT)
+    train: Sequence[Mapping[str, Any]]
     if args.episodes:
         train = episode_tasks()
     elif args.size == BUNDLED:

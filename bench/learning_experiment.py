@@ -37,7 +37,8 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from generators.base import derive_task  # noqa: E402
 from generators.programmatic import generate_variants  # noqa: E402
 from training.evaluation import SampledVerdicts, sample_and_score  # noqa: E402
 from training.stats import Comparison, EvalReport, compare, evaluate  # noqa: E402
+from validators.records import ChatMessage, GeneratorSpec, TaskRecord, VerifierSpec  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
 from validators.tasks import check_tasks, compute_task_id  # noqa: E402
 
@@ -68,7 +70,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 SYSTEM = "Compute the result. End with the answer on its own line as '#### <number>'."
 # Paraphrases of one problem: they share the seed's lineage, so the split keeps them on one side.
 TEMPLATES = ("What is {a} {op} {b}?", "Calculate {a} {op} {b}.", "{a} {op} {b} = ?")
-GENERATOR = {"name": "bench_paraphrase", "version": 1, "params": {}}
+GENERATOR: GeneratorSpec = {"name": "bench_paraphrase", "version": 1, "params": {}}
 SPLIT = SplitConfig(eval_fraction=0.2, salt="learning-experiment-v1")
 
 
@@ -83,7 +85,7 @@ def no_carry(a: int, b: int, op: str) -> bool:
 
 def arithmetic_tasks(
     digits: int, ops: Sequence[str], seeds: int, variants: int, *, carry: bool = True
-) -> list[dict[str, Any]]:
+) -> list[TaskRecord]:
     """`seeds` problems `a op b` with `digits`-digit operands (no negative results), plus `variants - 1` paraphrases.
 
     With `carry=False` only problems without carry/borrow are drawn: every answer digit is then one of 100
@@ -98,13 +100,13 @@ def arithmetic_tasks(
         if (carry or no_carry(a, b, op)) and (op != "-" or a >= b)
     ]
     chosen = random.Random(0).sample(candidates, min(seeds, len(candidates)))
-    tasks = []
+    tasks: list[TaskRecord] = []
     for a, op, b in chosen:
         answer = a + b if op == "+" else a - b
         reference = f"{a} {op} {b} = {answer}\n#### {answer}"
-        verifier = {"name": "numeric_answer", "version": 1, "params": {"answer": answer}}
+        verifier: VerifierSpec = {"name": "numeric_answer", "version": 1, "params": {"answer": answer}}
 
-        def prompt(template: str, a: int = a, b: int = b, op: str = op) -> list[dict[str, str]]:
+        def prompt(template: str, a: int = a, b: int = b, op: str = op) -> list[ChatMessage]:
             return [
                 {"role": "system", "content": SYSTEM},
                 {"role": "user", "content": template.format(a=a, b=b, op=op)},
@@ -112,7 +114,7 @@ def arithmetic_tasks(
 
         seed_prompt = prompt(TEMPLATES[0])
         seed_id = compute_task_id(seed_prompt, verifier)
-        seed = {
+        seed: TaskRecord = {
             "task_id": seed_id,
             "family": FAMILY,
             "prompt": seed_prompt,
@@ -142,22 +144,25 @@ def arithmetic_tasks(
     return tasks
 
 
-def contact_tasks(variants: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def contact_tasks(variants: int) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """The contact seeds and `variants - 1` variants of each, split as the pipeline splits the bundled seeds."""
-    from pipeline.resources import CurationPolicy
+    from resources import CurationPolicy
 
     seeds = [{k: v for k, v in t.items() if k != "origin"} for t in load_seeds([REPO / "seeds"]).tasks]
     sides = dict(
         zip((t["task_id"] for t in seeds), plan_splits(seeds, CurationPolicy().split_config()).splits, strict=True)
     )
     contacts = [t for t in seeds if CONTACTS_TAG in t["tags"]]
-    tasks = contacts + generate_variants(contacts, per_seed=variants - 1, random_seed=0).tasks
+    tasks: list[Mapping[str, Any]] = [
+        *contacts,
+        *generate_variants(contacts, per_seed=variants - 1, random_seed=0).tasks,
+    ]
     train = [t for t in tasks if sides[t["lineage"]["seed_id"]] == "train"]
     held_out = [t for t in tasks if sides[t["lineage"]["seed_id"]] == "eval"]
     return checked_split(train, held_out)
 
 
-def split_tasks(tasks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_tasks(tasks: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """Train and eval by seed lineage; raises if any train task shares a lineage with an eval task."""
     sides = plan_splits(tasks, SPLIT).splits
     train = [t for t, side in zip(tasks, sides, strict=True) if side == "train"]
@@ -166,8 +171,8 @@ def split_tasks(tasks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
 
 
 def checked_split(
-    train: list[dict[str, Any]], held_out: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    train: list[Mapping[str, Any]], held_out: list[Mapping[str, Any]]
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     leaks = lineage_leaks(train, held_out)
     if leaks:
         raise RuntimeError(f"{len(leaks)} train tasks share a lineage with eval tasks, e.g. {leaks[0]}")
@@ -175,7 +180,7 @@ def checked_split(
 
 
 def scored(
-    label: str, model: Path, tasks: list[dict[str, Any]], args: argparse.Namespace
+    label: str, model: Path, tasks: Sequence[Mapping[str, Any]], args: argparse.Namespace
 ) -> tuple[SampledVerdicts, EvalReport, dict[str, Any]]:
     from transformers import AutoTokenizer
 
@@ -262,7 +267,7 @@ def main() -> int:
     hf_logging.disable_progress_bar()
 
     from llm.models import bundled_model
-    from training.grpo import cpu_defaults, grpo_config_class, reward_spread, run_grpo
+    from training.grpo import SeedwheelGRPOFields, cpu_defaults, grpo_config_class, reward_spread, run_grpo
     from training.sft import SFTSettings, run_sft
     from training.tiny_model import build_tiny_model
     from validators.export import export_split
@@ -327,10 +332,12 @@ def main() -> int:
         )
 
         exported = export_split(train, work / "export", "train")
+        # Seedwheel's own fields, checked against their dataclass (the type checker's SeedwheelGRPOConfig takes only
+        # trl's GRPOConfig fields as keywords); the ones not named here go in at their defaults.
+        seedwheel = SeedwheelGRPOFields(train_file=str(exported.parquet), reward_weights_by_verifier={"*": 1.0})
         config = grpo_config_class()(
+            **asdict(seedwheel),
             output_dir=str(work / "grpo"),
-            train_file=str(exported.parquet),
-            reward_weights_by_verifier={"*": 1.0},
             per_device_train_batch_size=args.grpo_batch,
             num_generations=args.group,
             max_completion_length=args.max_new_tokens,

@@ -19,6 +19,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -54,7 +55,25 @@ def shingle_jaccard(left: list[str], right: list[str], size: int) -> np.ndarray:
     )
 
 
-def evaluate(config: MinHashConfig, signatures: np.ndarray, n_pairs: int) -> dict[str, float | int | str]:
+class Evaluation(TypedDict):
+    """One configuration's figures (a row of the table, an item of the JSON line's `sweep`)."""
+
+    name: str
+    shingle_size: int
+    num_perm: int
+    threshold: float
+    bands: int
+    rows: int
+    candidate_recall: float
+    recall: float
+    false_pairs: int
+    false_per_10k_docs: float
+    false_candidates: int
+    closest_false: float
+    lsh_seconds: float
+
+
+def evaluate(config: MinHashConfig, signatures: np.ndarray, n_pairs: int) -> Evaluation:
     """Recall and false pairs of one configuration on precomputed signatures (none of them is empty)."""
     started = time.perf_counter()
     candidates = candidate_pairs(band_keys(signatures, config))

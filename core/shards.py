@@ -7,13 +7,16 @@ into steps that run side by side (a multiprocess, Celery or Kubernetes executor)
   or removed around it; only a new shard count moves records.
 - **Balanced**: SHA-256 spreads ids evenly, so shards differ in size by about their square root.
 
-Validation (`curation.shards`), programmatic generation and judging (their assets) shard this way.
+Validation (`curation.shards`), programmatic generation (`generators.shards`) and judging (its asset) shard this
+way; `cache_totals` adds up the steps of the two whose steps share a cache.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from core.errors import SeedwheelError
 
@@ -89,3 +92,44 @@ def plan_shards(keys: Sequence[str | None], shards: int) -> list[list[int]]:
     for position, key in enumerate(keys):
         planned[shard_of(key or "", shards)].append(position)
     return planned
+
+
+@dataclass(frozen=True)
+class CacheTotals:
+    """What the steps of a sharded stage with a shared cache did together: their stats rows added up.
+
+    Attributes:
+        records: the records the steps were given (parents to generate from, tasks to check).
+        hits: the records whose output the cache held.
+        rebuilt: whether a step found the cache partly unreadable and recomputed that part.
+        seconds: the steps' working time added up (the work, not the wall clock: steps run side by side).
+    """
+
+    records: int
+    hits: int
+    rebuilt: bool
+    seconds: float
+
+    @property
+    def misses(self) -> int:
+        """The records worked on now: new, changed, or not cacheable."""
+        return self.records - self.hits
+
+
+def cache_totals(steps: Sequence[Mapping[str, Any]], count: str) -> CacheTotals:
+    """The stats rows of a stage's steps added up: `count` (the column of the step's records), `cache_hits`,
+    `cache_rebuilt` and `seconds` (rounded to the millisecond).
+
+    Example:
+        >>> steps = [{"tasks": 3, "cache_hits": 2, "cache_rebuilt": False, "seconds": 0.5},
+        ...          {"tasks": 4, "cache_hits": 0, "cache_rebuilt": True, "seconds": 1.25}]
+        >>> totals = cache_totals(steps, "tasks")
+        >>> totals, totals.misses
+        (CacheTotals(records=7, hits=2, rebuilt=True, seconds=1.75), 5)
+    """
+    return CacheTotals(
+        records=sum(step[count] for step in steps),
+        hits=sum(step["cache_hits"] for step in steps),
+        rebuilt=any(step["cache_rebuilt"] for step in steps),
+        seconds=round(sum((step["seconds"] for step in steps), 0.0), 3),
+    )

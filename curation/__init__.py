@@ -7,5 +7,6 @@
 - `splits`: lineage-grouped train/eval assignment; `split_ledger`: the append-only ledger that keeps each root on
   its side across nights.
 - `vouching`: which LLM-written tasks the splits may keep (their generator's current checks, or a judge in use).
+- `admission`: which judged tasks a night's split admits, and which it holds back with a reason.
 - `manifests`: the task ids each checkpoint trained on, and the leaks an eval split would have against them.
 """

@@ -123,6 +123,13 @@ def find_manifest(folder: Path, checkpoint: str) -> CheckpointManifest | None:
     return next((m for m in load_manifests(folder) if m.checkpoint.rstrip("/") == wanted), None)
 
 
+def split_epochs(folder: Path, models: Mapping[str, str]) -> dict[str, int | None]:
+    """The split epoch each of `models` (e.g. role -> model) was trained under, by the same keys: its manifest's, or
+    None for a model without one (a base model). The promotion gate compares only models of one epoch."""
+    manifests = {key: find_manifest(folder, model) for key, model in models.items()}
+    return {key: None if manifest is None else manifest.split_epoch for key, manifest in manifests.items()}
+
+
 def trained_tasks(folder: Path) -> pd.DataFrame:
     """The trained tasks of every checkpoint under `folder`, one row per (checkpoint, task), with `checkpoint`."""
     frames = [

@@ -3,6 +3,8 @@ that run side by side, and their verdicts merge back in input order.
 
 - **Lossless**: `merge_verdicts` puts every task's problems back at its input position and refuses a merge where
   a position is missing, repeated, or holds another task than the one checked (the inputs changed under the run).
+- **One table**: `merge_validation` turns the verdicts into what `validated_tasks` writes: the seeds and the valid
+  tasks (each task once), a reject row for each other, and the validity rates.
 
 The verdict cache (`validators.cache_store.CacheStore`) is shared by the shards: each commit adds a segment of its
 own, so steps in separate processes (or working copies of an object-store folder) never lose entries.
@@ -14,9 +16,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
 
+import pandas as pd
+
 from core import SeedwheelError
 from core.shards import ShardConfigError, shard_count
-from validators.tasks import Problem
+from curation.validity import split_checked, task_generator, validity_rates
+from validators.records import TaskReject
+from validators.tables import frame_from_records
+from validators.tasks import TASK_FIELDS, Problem
 
 
 class ShardMergeError(SeedwheelError, ValueError):
@@ -133,3 +140,65 @@ def merge_verdicts(task_ids: Sequence[str | None], verdicts: Iterable[ShardVerdi
     if missing:
         raise ShardMergeError(f"no shard verdict for {len(missing)} task(s), e.g. position {missing[0]}")
     return [found for found in merged if found is not None]
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The validation shards' verdicts merged: the rows of `validated_tasks` and `task_rejects`, and their rates.
+
+    Attributes:
+        tasks: the seeds, then the checked tasks without problems (`TASK_FIELDS` columns), each task id once.
+        rejects: a reject row for each checked task with a problem, in input order.
+        repeated: the ids that reached validation again after their first row (kept once, the first).
+        checked: how many tasks the shards checked (failure tasks and variants; seeds were checked on loading).
+        valid: how many of them had no problem.
+        by_family: (valid, checked) per family of the checked tasks, sorted by family.
+        by_generator: (valid, checked) per generator (`task_generator`), sorted by generator.
+    """
+
+    tasks: pd.DataFrame
+    rejects: list[TaskReject]
+    repeated: list[str]
+    checked: int
+    valid: int
+    by_family: dict[str, tuple[int, int]]
+    by_generator: dict[str, tuple[int, int]]
+
+    @property
+    def validity_rate(self) -> float:
+        """Valid over checked; 1.0 when nothing was checked."""
+        return self.valid / self.checked if self.checked else 1.0
+
+
+def merge_validation(
+    seeds: pd.DataFrame, checked: Sequence[Mapping[str, Any]], verdicts: Iterable[ShardVerdict]
+) -> Validation:
+    """What `validated_tasks` makes of every shard's verdicts: the tables one step checking everything would make.
+
+    Args:
+        seeds: the seed tasks (`TASK_FIELDS` columns at least), valid already.
+        checked: the records the shards checked, in input order (failure tasks, then variants).
+        verdicts: every shard's `shard_verdicts`, shards in any order.
+
+    Returns:
+        The merged `Validation`.
+
+    Raises:
+        ShardMergeError: the verdicts do not cover the checked tasks exactly once each (`merge_verdicts`).
+    """
+    problems = merge_verdicts([task.get("task_id") for task in checked], verdicts)
+    good, rejects = split_checked(checked, problems)
+    tasks = pd.concat([seeds[list(TASK_FIELDS)], frame_from_records(good, TASK_FIELDS)], ignore_index=True)
+    # The same task reached twice (a production failure asking a seed's exact question, a variant equal to a failure
+    # task) is one task: the first kept, seeds before failure tasks before variants, so keys stay unique downstream.
+    repeated = tasks["task_id"].duplicated()
+    rejected = frame_from_records(rejects, ("family", "generator"))
+    return Validation(
+        tasks=tasks[~repeated].reset_index(drop=True),
+        rejects=rejects,
+        repeated=tasks.loc[repeated, "task_id"].tolist(),
+        checked=len(checked),
+        valid=len(good),
+        by_family=validity_rates(pd.Series([task["family"] for task in checked]), rejected["family"]),
+        by_generator=validity_rates(pd.Series([task_generator(task) for task in checked]), rejected["generator"]),
+    )

@@ -125,6 +125,30 @@ class LedgerEntry:
     moved: dict[str, tuple[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
+    def as_metadata(self) -> dict[str, int | str]:
+        """Flat numbers for a report: the plan in force (`split_plan`, `split_epoch`, `split_plan_id`), the roots it
+        gave a side for the first time (`new_roots`), those that took a near-copied root's side (`followed_roots`),
+        and every root in the ledger (`ledger_roots`)."""
+        return {
+            "split_plan": self.state.seq,
+            "split_epoch": self.state.epoch,
+            "split_plan_id": self.state.plan_id,
+            "new_roots": len(self.new_roots),
+            "followed_roots": len(self.plan.followed),
+            "ledger_roots": len(self.state.sides),
+        }
+
+    def log_lines(self) -> list[tuple[int, str]]:
+        """What the run's log says of this plan, as (logging level, line): each note (a warning), then each root
+        that took a near-copied root's side."""
+        return [
+            *((logging.WARNING, f"split: {note}") for note in self.notes),
+            *(
+                (logging.INFO, f"split: failure root {root} near-copies a task of {leader}: it takes its side")
+                for root, leader in self.plan.followed.items()
+            ),
+        ]
+
 
 class SplitLedger:
     """The persisted split assignments (see the module docstring).

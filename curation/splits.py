@@ -176,6 +176,19 @@ class SplitPlan:
     summary: list[dict[str, Any]] = field(default_factory=list)
     followed: dict[str, str] = field(default_factory=dict)
 
+    def root_count(self, side: str) -> int:
+        """How many lineage roots of the tasks planned are on `side`."""
+        return len({root for root, split in zip(self.roots, self.splits, strict=True) if split == side})
+
+    def side_tasks(self, tasks: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        """The `tasks` of each side, `train` then `eval`, in input order and numbered from 0.
+
+        Args:
+            tasks: the tasks this plan split, in its order (one row per entry of `splits`).
+        """
+        sides = pd.Series(self.splits, index=tasks.index)
+        return {name: tasks[sides == name].reset_index(drop=True) for name in (TRAIN, EVAL)}
+
 
 def _as_records(tasks: pd.DataFrame | Iterable[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
     return records_from_frame(tasks) if isinstance(tasks, pd.DataFrame) else list(tasks)
@@ -460,6 +473,24 @@ def lineage_leaks(
                     }
                 )
     return leaks
+
+
+def failure_tasks(tasks: pd.DataFrame) -> pd.DataFrame:
+    """The tasks that come from production failures (their lineage has a `failure_id`), in order, numbered from 0.
+
+    Example:
+        >>> tasks = pd.DataFrame({"task_id": ["s", "f"], "lineage": [{"seed_id": "s"}, {"failure_id": "f1"}]})
+        >>> failure_tasks(tasks)["task_id"].tolist()
+        ['f']
+    """
+    # A boolean Series, not a list: an empty list would select no columns instead of no rows.
+    chosen = [bool((lineage or {}).get("failure_id")) for lineage in tasks["lineage"]]
+    return tasks[pd.Series(chosen, index=tasks.index, dtype=bool)].reset_index(drop=True)
+
+
+def failure_count(failures: pd.DataFrame) -> int:
+    """How many production failures `failure_tasks`' rows come from (a failure's variants share its id)."""
+    return len({lineage["failure_id"] for lineage in failures["lineage"]})
 
 
 def hash_sample(tasks: Sequence[Mapping[str, Any]], limit: int | None, salt: str) -> list[int]:

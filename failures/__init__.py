@@ -78,7 +78,7 @@ GitHub, not PyPI), so by default names are kept. `PresidioNameDetector` works wh
 model are installed; `KnownNamesDetector` redacts names you already know.
 """
 
-from failures.batch import FailureBatch, derive_failure_tasks, process_failure_log
+from failures.batch import FailureBatch, LogTables, derive_failure_tasks, log_tables, process_failure_log
 from failures.derive import (
     FAMILY_VERIFIERS,
     UNKNOWN_FAMILY,
@@ -111,7 +111,7 @@ from failures.redaction import (
     redact_text,
     shannon_entropy,
 )
-from failures.traffic import rate_table, traffic_rows, wilson_interval
+from failures.traffic import RateReport, rate_report, rate_table, traffic_rows, wilson_interval
 
 __all__ = [
     "EXPECTED_FIELDS",
@@ -125,11 +125,13 @@ __all__ = [
     "FailureBatch",
     "FailureReject",
     "KnownNamesDetector",
+    "LogTables",
     "NameDetector",
     "NameDetectorUnavailableError",
     "ParseLimits",
     "ParsedLog",
     "PresidioNameDetector",
+    "RateReport",
     "RedactionConfig",
     "RedactionReport",
     "UnredactedRecordError",
@@ -139,9 +141,11 @@ __all__ = [
     "infer_family",
     "is_card_number",
     "is_sensitive_key",
+    "log_tables",
     "looks_random",
     "parse_failure_log",
     "process_failure_log",
+    "rate_report",
     "rate_table",
     "redact",
     "redact_text",

@@ -1,4 +1,5 @@
-"""One failure log end to end: parse, redact every record, derive tasks and review items (what an asset calls)."""
+"""One failure log end to end: parse, redact every record, derive tasks and review items, and the tables it stores
+(what an asset calls)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from failures.derive import failure_task
-from failures.log import FailureReject, ParseLimits, parse_failure_log
+from failures.log import RECORD_FIELDS, FailureReject, ParseLimits, parse_failure_log
 from failures.redaction import RedactionConfig, RedactionReport, redact
-from failures.traffic import is_failure
+from failures.traffic import TRAFFIC_COLUMNS, is_failure, traffic_rows
 from validators.registry import VerifyContext
+from validators.tables import frame_from_records
+
+REJECT_COLUMNS = ("source", "line", "reason_code", "reason", "raw")  # `FailureReject`'s fields, a table's columns
 
 
 @dataclass
@@ -89,6 +95,40 @@ def process_failure_log(
         elif derived.review is not None:  # exactly one of the two is set
             batch.review.append(derived.review)
     return batch
+
+
+@dataclass(frozen=True)
+class LogTables:
+    """What one log stores: its failures (redacted records), its traffic (a text-free row per interaction) and its
+    rejected lines."""
+
+    failures: pd.DataFrame
+    traffic: pd.DataFrame
+    rejects: pd.DataFrame
+
+
+def log_tables(batch: FailureBatch, log: str) -> LogTables:
+    """One processed log as the tables stored per log file.
+
+    Args:
+        batch: the log's `process_failure_log` result.
+        log: the log's name (its file name), which every traffic row carries.
+
+    Returns:
+        `failures` (`RECORD_FIELDS` and `redaction`, failures only), `traffic` (`TRAFFIC_COLUMNS`, every
+        interaction) and `rejects` (`REJECT_COLUMNS`); each keeps its columns when it has no rows.
+
+    Example:
+        >>> batch = process_failure_log(['{"messages": [{"role": "user", "content": "2+2?"}], "output": "5"}', "{"])
+        >>> tables = log_tables(batch, "n1.jsonl")
+        >>> len(tables.failures), tables.traffic["log"].tolist(), tables.rejects["reason_code"].tolist()
+        (1, ['n1.jsonl'], ['invalid_json'])
+    """
+    return LogTables(
+        failures=frame_from_records(batch.failures, (*RECORD_FIELDS, "redaction")),
+        traffic=pd.DataFrame(traffic_rows(batch.records, log), columns=TRAFFIC_COLUMNS),
+        rejects=pd.DataFrame([vars(r) for r in batch.rejects], columns=REJECT_COLUMNS),
+    )
 
 
 def derive_failure_tasks(

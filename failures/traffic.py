@@ -3,8 +3,8 @@
 A traffic log is a failure log whose lines also carry `model` and `outcome` (`failures.log.OUTCOMES`); the
 failures among them (`failed`, `corrected`) go on to `failure_tasks` as before. This module keeps one row per
 interaction without any of its text (`traffic_rows`), and turns those rows into failure rates with Wilson
-intervals, per log file ("night"), model and family (`rate_table`): the number a team watches as versions
-are deployed.
+intervals, per log file ("night"), model and family (`rate_table`), arranged per model and per night for a
+report (`rate_report`): the number a team watches as versions are deployed.
 
 The failure rate counts only interactions whose outcome is known: an `unknown` is neither a failure nor a
 success, and it is reported beside the rate (`unknown`), never folded into either side.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from statistics import NormalDist
 from typing import Any
@@ -179,3 +180,47 @@ def rate_text(row: Mapping[str, Any]) -> str:
     if row["failure_rate"] is None:
         return "unknown (no outcome known)"
     return f"{row['failure_rate']:.2f} [{row['failure_rate_low']:.2f}, {row['failure_rate_high']:.2f}]"
+
+
+@dataclass(frozen=True)
+class RateReport:
+    """`rate_table` rows as a team reads them: every family together (`family` "all"), per model and per night.
+
+    Attributes:
+        per_model: each model over every night (`night` 0), in `rate_table` order.
+        per_night: each night's row per model, nights in order.
+        nights: the night numbers that served anything, ascending.
+        series: model -> `(rate, low, high)` per night of `nights`, None where the model served nothing that
+            night or no outcome is known; models in the order they first served.
+    """
+
+    per_model: list[Mapping[str, Any]]
+    per_night: list[Mapping[str, Any]]
+    nights: list[int]
+    series: dict[str, list[tuple[float, float, float] | None]]
+
+
+def rate_report(rates: Iterable[Mapping[str, Any]]) -> RateReport:
+    """The rows of `rate_table` over every family, split into the all-night rows per model and the nights, with
+    each model's rate and interval per night (what a plot of the rate across nights draws).
+
+    Example:
+        >>> rows = [{"log": f"n{i}", "timestamp": None, "model": f"v{i}", "family": "sql", "outcome": "failed"}
+        ...         for i in (1, 2)]
+        >>> report = rate_report(rate_table(rows))
+        >>> report.nights, [row["model"] for row in report.per_model], report.series["v2"][0]
+        ([1, 2], ['v1', 'v2'], None)
+    """
+    overall = [row for row in rates if row["family"] == ALL]
+    per_night = [row for row in overall if row["night"] > 0]
+    nights = sorted({row["night"] for row in per_night})
+    by_night = {(row["model"], row["night"]): row for row in per_night}
+    models = dict.fromkeys(row["model"] for row in per_night)
+    series = {model: [_interval(by_night.get((model, night))) for night in nights] for model in models}
+    return RateReport([row for row in overall if row["night"] == 0], per_night, nights, series)
+
+
+def _interval(row: Mapping[str, Any] | None) -> tuple[float, float, float] | None:
+    if row is None or row["failure_rate"] is None:
+        return None
+    return row["failure_rate"], row["failure_rate_low"], row["failure_rate_high"]

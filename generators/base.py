@@ -31,6 +31,18 @@ class GenerationResult:
         self.tasks.extend(other.tasks)
         self.rejects.extend(other.rejects)
 
+    def accept_rate(self) -> float:
+        """Variants over attempts (variants and rejects); 1.0 when nothing was attempted (nothing failed).
+
+        Example:
+            >>> GenerationResult(rejects=[{"reason_code": "no_generator"}]).accept_rate()
+            0.0
+            >>> GenerationResult().accept_rate()
+            1.0
+        """
+        attempts = len(self.tasks) + len(self.rejects)
+        return len(self.tasks) / attempts if attempts else 1.0
+
 
 class Generator(ABC):
     """Makes variants of a parent task.

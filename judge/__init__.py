@@ -40,7 +40,7 @@ from judge.calibration import (
     self_consistency,
 )
 from judge.history import JudgeHistoryError, JudgeSetup, describe_change, load_setup, save_setup
-from judge.labels import LABEL_COLUMNS, label_rows
+from judge.labels import LABEL_COLUMNS, calibration_verdict, label_rows, label_table, tasks_to_label
 from judge.parse import PARSE_ERRORS, ParsedAnswer, parse_judgment
 from judge.prompt import (
     FAMILY_DESCRIPTIONS,
@@ -52,7 +52,15 @@ from judge.prompt import (
     repair_template_version,
     template_version,
 )
-from judge.report import accept_rate, format_summary, lowest_score_counts, score_counts, worst_scored
+from judge.report import (
+    accept_rate,
+    format_summary,
+    lowest_score_counts,
+    score_counts,
+    verdicts_by_family,
+    worst_labelled,
+    worst_scored,
+)
 from judge.rubric import (
     DEFAULT_RUBRIC,
     DEFAULT_RULE,
@@ -115,6 +123,7 @@ __all__ = [
     "audit_labels",
     "calibrate",
     "calibration_sample",
+    "calibration_verdict",
     "check",
     "cohen_kappa",
     "describe_change",
@@ -123,6 +132,7 @@ __all__ = [
     "judge_setup",
     "judge_tasks",
     "label_rows",
+    "label_table",
     "load_audit_set",
     "load_setup",
     "lowest_score_counts",
@@ -133,6 +143,9 @@ __all__ = [
     "save_setup",
     "score_counts",
     "self_consistency",
+    "tasks_to_label",
     "template_version",
+    "verdicts_by_family",
+    "worst_labelled",
     "worst_scored",
 ]

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+import pandas as pd
+
 from judge.rubric import SCORES, Rubric
 from judge.run import JUDGMENT_VERDICTS, JudgeRun, Judgment
 
@@ -52,6 +54,23 @@ def worst_scored(judgments: Iterable[Judgment], n: int) -> list[Judgment]:
 def accept_rate(judgments: Sequence[Judgment]) -> float:
     """Accepted judgments over all judgments (judge errors count as not accepted); 0.0 when there are none."""
     return sum(j.accepted is True for j in judgments) / len(judgments) if judgments else 0.0
+
+
+def verdicts_by_family(labelled: pd.DataFrame) -> pd.DataFrame:
+    """How many tasks of each family got each verdict: a `family` column, then one column per verdict that occurs.
+
+    Args:
+        labelled: a labelled task table (`judge.labels.label_table`: `family` and `judge_verdict` columns).
+    """
+    return pd.crosstab(labelled["family"], labelled["judge_verdict"]).reset_index()
+
+
+def worst_labelled(labelled: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The `n` rows of a labelled task table with the lowest total score, lowest first, with that `total` added;
+    rows without scores (judge errors, tasks not judged) are left out."""
+    scored = labelled[labelled["judge_scores"].notna()]
+    totals = scored["judge_scores"].map(lambda scores: sum(scores.values()))
+    return scored.assign(total=totals).sort_values("total").head(n)
 
 
 def format_summary(run: JudgeRun, rubric: Rubric, family_of: Mapping[str, str], *, worst_n: int = 5) -> str:

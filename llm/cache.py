@@ -116,12 +116,6 @@ def request_payload(config: EndpointConfig, request: ChatRequest) -> dict[str, A
     }
 
 
-def payload_key(payload: Mapping[str, Any]) -> str:
-    """The cache key of a `request_payload` (the same as `cache_key` of the request it describes)."""
-    head = {k: v for k, v in payload.items() if k not in ("messages", "response_format")}
-    return _finish(_prefix(head, payload["response_format"]), payload["messages"])
-
-
 def cache_key(config: EndpointConfig, request: ChatRequest) -> str:
     """The cache key of a request to an endpoint (64 hex characters; stable across machines and runs).
 

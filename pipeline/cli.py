@@ -9,12 +9,16 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from core import SeedwheelError
 from core.signals import stoppable
 from pipeline.settings import PROFILES, Settings
+
+if TYPE_CHECKING:
+    from pipeline.runs import RunSummary
 
 UI_HOST = "127.0.0.1"
 
@@ -82,11 +86,32 @@ def main() -> None:
 def run(profile: str | None, select: str | None, job: str | None, home: str | None, executor: str) -> None:
     """Materialize the asset graph (recorded in the Dagster instance, visible in the UI)."""
     from pipeline.runs import materialize  # Dagster loads slowly; keep `seedwheel --help` fast
-    from training.promotion import decision_line
 
     settings = Settings.from_env(profile=profile, home=home)
     click.echo(f"seedwheel run: profile={settings.profile} storage={settings.home}")
-    summary = materialize(settings, select, executor=executor, job=job)
+    _echo_run(settings, materialize(settings, select, executor=executor, job=job))
+
+
+@main.command()
+@click.argument("run_id", required=False)
+@home_option
+@seedwheel_errors()
+def report(run_id: str | None, home: str | None) -> None:
+    """Print what a recorded run did, as `seedwheel run` printed it: its tables, checks and promotion.
+
+    RUN_ID defaults to the last `seedwheel run` (or `make quickstart`) of the asset graph. Exits 1 when that run
+    failed, so a script can check last night's run.
+    """
+    from pipeline.runs import run_summary  # Dagster loads slowly; keep `seedwheel --help` fast
+
+    settings = Settings.from_env(home=home)
+    _echo_run(settings, run_summary(settings, run_id))
+
+
+def _echo_run(settings: Settings, summary: RunSummary) -> None:
+    """The report of a finished run (its assets, checks, failures and promotion); exits 1 when it failed."""
+    from training.promotion import decision_line
+
     click.echo(f"\nrun {summary.run_id}: {'succeeded' if summary.success else 'FAILED'}")
     click.echo(f"{'asset':<28} {'rows':>8}  path")
     for asset in summary.assets:
@@ -417,7 +442,7 @@ def lineage(ident: str, home: str | None) -> None:
 def prune(home: str | None, keep: int, min_age_hours: float) -> None:
     """Delete the storage root's garbage: superseded manifests and objects no manifest names (an object store),
     and the step outputs of runs that failed before their merge. Run it from cron or a schedule."""
-    from pipeline.resources import StorageRoot
+    from resources import StorageRoot
 
     root = StorageRoot(root=str(Settings.from_env(home=home).home))
     rows = root.prune(keep=keep, min_age_s=min_age_hours * 3600)
@@ -436,7 +461,7 @@ def splits() -> None:
 @home_option
 def splits_show(home: str | None) -> None:
     """The split in force and every plan that made it."""
-    from pipeline.resources import StorageRoot
+    from resources import StorageRoot
 
     ledger = StorageRoot(root=str(Settings.from_env(home=home).home)).split_ledger()
     state = ledger.state()
@@ -471,7 +496,7 @@ def splits_resplit(salt: str, note: str, yes: bool, home: str | None) -> None:
 
     from curation.curate import near_copy_roots
     from curation.manifests import trained_tasks
-    from pipeline.resources import CHECKPOINTS_FOLDER, CurationPolicy, StorageRoot
+    from resources import CHECKPOINTS_FOLDER, CurationPolicy, StorageRoot
     from validators.tables import read_table, records_from_frame
 
     settings = Settings.from_env(home=home)

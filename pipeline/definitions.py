@@ -7,10 +7,10 @@ import dagster as dg
 from assets import budget, curation, evaluation, failures, generation, groups, judging, seeds, splits, training
 from pipeline.instance import EXCLUSIVE_TAG
 from pipeline.profiles import ProfileResources, profile_resources
-from pipeline.resources import FailureInbox, SeedRepository, StorageRoot
 from pipeline.settings import Settings
-from pipeline.storage import TableStorage
 from pipeline.workers import step_executor
+from resources import FailureInbox, SeedRepository, StorageRoot
+from resources.storage import TableStorage
 
 flywheel_job = dg.define_asset_job(
     "flywheel_job", selection=dg.AssetSelection.all(), description="The whole flywheel: every asset, in order."

@@ -28,7 +28,7 @@ from core import SeedwheelError
 from curation.manifests import TASKS, CheckpointManifest, load_manifests
 from curation.split_ledger import SplitLedger
 from curation.splits import task_roots
-from pipeline.resources import CHECKPOINTS_FOLDER, StorageRoot
+from resources import CHECKPOINTS_FOLDER, StorageRoot
 from validators.tables import read_table
 
 TASK_TABLES = ("seed_tasks", "failure_tasks", "task_variants")

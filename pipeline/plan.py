@@ -118,9 +118,7 @@ def plan_from_settings(
         shape,
         throughput_for(load_throughputs(), name, shape.parameters),
         gpus=gpus,
-        gate=None
-        if eval_tasks is None
-        else GateSettings(eval_tasks, gate.samples, policy.min_improvement, policy.min_tasks),
+        gate=None if eval_tasks is None else GateSettings.from_policy(policy, eval_tasks, gate.samples),
         model=model,
     )
     calibration_path = home / "budget_calibration.parquet"

@@ -2,7 +2,7 @@
 
 `quickstart` runs the whole flywheel for real on 2 CPU cores, offline, with the bundled SmolLM2-135M-Instruct;
 `production` uses served models on GPU machines, filters on the judge's labels and blocks on every gate. What a
-profile does not name is the resource's default, which is the library's (`pipeline.resources`, `Mirror`).
+profile does not name is the resource's default, which is the library's (`resources`, `Mirror`).
 `pipeline.definitions` only assembles what `profile_resources(settings)` returns.
 """
 
@@ -16,8 +16,8 @@ from typing import Any, TypedDict
 
 import dagster as dg
 
-from pipeline.resources import CurationPolicy, JudgePolicy, LLMEndpoint, PromotionGate, TrainingPolicy, VariantPlan
 from pipeline.settings import Profile, Settings
+from resources import CurationPolicy, JudgePolicy, LLMEndpoint, PromotionGate, TrainingPolicy, VariantPlan
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ from failures.traffic import ALL
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
 from pipeline.profiles import profile_resources
-from pipeline.resources import FailureInbox, LLMEndpoint, PromotionGate, SeedRepository, StorageRoot, TrainingPolicy
 from pipeline.runs import RunSummary, materialize
 from pipeline.settings import Settings
+from resources import FailureInbox, LLMEndpoint, PromotionGate, SeedRepository, StorageRoot, TrainingPolicy
 from simulation import build_pool, draw, is_held_out, model_label, serve_night
 from validators.tables import atomic_write, frame_from_records, read_table, records_from_frame, write_table
 from validators.tasks import TASK_FIELDS

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from curation.dedup import DedupIndex, MinHashConfig
 from llm.cache import DB_NAME
-from pipeline.resources import GENERATION_CACHE_FOLDER, VALIDATION_CACHE_FOLDER
+from resources import GENERATION_CACHE_FOLDER, VALIDATION_CACHE_FOLDER
 from validators.cache_store import CacheStore
 from validators.tables import read_table
 

@@ -25,6 +25,7 @@ from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.outputs import assert_whole_files
 from tests.paths import REPO, copy_seeds
+from tests.processes import leftover_processes
 from validators.seeds import load_seeds
 from validators.tables import frame_from_records, write_table
 from validators.tasks import TASK_FIELDS
@@ -84,26 +85,6 @@ def llm_cache_rows(settings: Settings) -> int:
             return 0
 
 
-def leftover_processes(settings: Settings) -> list[str]:
-    """Processes that work under the storage root (model servers run there, training jobs name it), after a grace."""
-    root = settings.home.resolve()
-    deadline = time.monotonic() + 30
-    while True:
-        found = []
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                args = (proc / "cmdline").read_bytes()
-                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                cwd = Path(os.readlink(proc / "cwd"))
-            except OSError:
-                continue
-            if state not in ("Z", "X") and (str(root).encode() in args or cwd.is_relative_to(root)):
-                found.append(args.replace(b"\0", b" ").decode(errors="replace")[:200])
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
-
-
 @pytest.fixture
 def killable(tmp_path, tiny_models_env) -> Settings:
     """Settings on a seeds folder with the arithmetic seeds alone, the tiny model behind the local server."""
@@ -128,7 +109,7 @@ def test_generation_killed_mid_llm_calls_resumes_without_repeating_them(killable
     resources = {"plan": {"rewrite_max_per_family": CALLS}, "llm": ONE_SHORT_ANSWER_AT_A_TIME}
     assert materialize(settings, "key:seed_tasks or key:failure_tasks").success
     run_and_kill(settings, select, until=lambda: llm_cache_rows(settings) >= 1, resources=resources)
-    assert leftover_processes(settings) == []  # the model server went down with the killed run
+    assert leftover_processes(settings.home) == []  # the model server went down with the killed run
     assert_whole_files(settings.home)
     done_before = llm_cache_rows(settings)
     rerun = materialize(settings, select, resources=resources)
@@ -148,7 +129,7 @@ def test_judging_killed_mid_run_resumes_without_repeating_calls(killable, seed_t
     write_table(pd.DataFrame({"calibration_passed": [True]}), settings.home / "judge_calibration.parquet")
     resources = {"judge": {"max_per_family": CALLS}, "llm": ONE_SHORT_ANSWER_AT_A_TIME}  # a call per task
     run_and_kill(settings, "key:judged_tasks", until=lambda: llm_cache_rows(settings) >= 1, resources=resources)
-    assert leftover_processes(settings) == []
+    assert leftover_processes(settings.home) == []
     assert_whole_files(settings.home)
     done_before = llm_cache_rows(settings)
     rerun = materialize(settings, "key:judged_tasks", resources=resources)
@@ -172,7 +153,7 @@ def test_training_killed_mid_run_resumes_from_its_last_checkpoint(killable, seed
     runs = settings.home / "training" / "grpo"
     checkpoint = lambda: any(runs.glob("*/output/checkpoint-2/trainer_state.json"))  # noqa: E731
     run_and_kill(settings, "key:grpo_checkpoint", until=checkpoint, resources=resources)
-    assert leftover_processes(settings) == []  # the training job went down with the killed run
+    assert leftover_processes(settings.home) == []  # the training job went down with the killed run
     assert_whole_files(settings.home)
     rerun = materialize(settings, "key:grpo_checkpoint", resources=resources)
     assert rerun.success, rerun.failures

@@ -22,8 +22,8 @@ import yaml
 from curation.manifests import load_manifests
 from curation.split_ledger import SplitLedger
 from curation.splits import task_roots
-from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from pipeline.runs import RunSummary, materialize
+from resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from tests.assets.test_failures import assert_no_planted_value_kept, ingest, planted_log
 from tests.paths import SEEDS, copy_seeds
 from validators.registry import REGISTRY

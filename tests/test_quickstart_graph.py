@@ -23,10 +23,11 @@ from generators.rewrite import CHECKS_VERSION, REWRITE_SCHEMA
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
 from pipeline.profiles import profile_resources
-from pipeline.resources import CHECKPOINTS_FOLDER
 from pipeline.runs import RunSummary, materialize, run_summary
 from pipeline.settings import Settings
+from resources import CHECKPOINTS_FOLDER
 from tests.paths import REPO, quickstart_settings
+from tests.processes import leftover_processes
 from validators.json_answer import parse_json_response
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
@@ -193,16 +194,8 @@ def test_rerun_makes_no_llm_calls_and_keeps_ids_stable(quickstart):
 def test_the_local_model_server_is_stopped_after_the_run(quickstart):
     settings, _ = quickstart
     # The run's own storage root: under CI, the one `make quickstart` used (its servers are what could linger).
-    served = str(Path(os.environ.get(QUICKSTART_HOME) or settings.home) / "local_model")
-    leftovers = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:  # the process ended while we looked
-            continue
-        if any(served.encode() in a for a in args) and b"serve" in args:
-            leftovers.append(cmdline.parent.name)
-    assert leftovers == []
+    # The local server's working folder is under the root (its logs); its command line names neither root nor serve.
+    assert leftover_processes(Path(os.environ.get(QUICKSTART_HOME) or settings.home)) == []
 
 
 def test_splits_keep_lineages_whole_and_export_for_trl(quickstart):

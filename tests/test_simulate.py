@@ -15,10 +15,10 @@ import pytest
 
 from failures import wilson_interval
 from pipeline.profiles import profile_resources
-from pipeline.resources import StorageRoot
 from pipeline.settings import Settings
 from pipeline.simulate import NIGHT_COLUMNS, SimulationConfig, deployed_model, held_out_pool
 from pipeline.simulate import simulate as run_nights
+from resources import StorageRoot
 from simulation import is_held_out
 from tests.paths import tiny_settings
 from validators.tables import read_table, records_from_frame

@@ -9,6 +9,8 @@ SUITE = """
 import time
 import pytest
 
+from tests.tiers import skip_for_accelerator
+
 @pytest.fixture
 def real_model_dir():
     return "model"
@@ -34,10 +36,13 @@ def test_skips_for_a_sandbox_layer():
     pass
 
 def test_skips_for_the_gpu():
-    pytest.skip("no GPU on this machine")
+    skip_for_accelerator("no GPU on this machine")
 
 def test_skips_for_vllm():
-    pytest.skip("vLLM is not installed (the gpu extra)")
+    skip_for_accelerator("vLLM is not installed (the GPU extra)")
+
+def test_skips_naming_the_gpu_but_for_data():
+    pytest.skip("shared data not found at /mnt/gpu-datasets")
 
 @pytest.mark.xfail(reason="a known bug", strict=True)
 def test_known_bug():
@@ -60,16 +65,16 @@ def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
 
 def test_a_slow_unmarked_test_fails_and_names_the_fix(run):
     result = run("-k", "lingers or quick")
-    result.assert_outcomes(passed=2, failed=1, deselected=6)
+    result.assert_outcomes(passed=2, failed=1, deselected=7)
     result.stdout.fnmatch_lines(["FAILED test_suite.py::test_lingers - took *s, over the fast tier's 0.2 s*"])
 
 
 def test_under_load_the_limit_stretches_by_the_load_per_core(run, monkeypatch):
     monkeypatch.setattr(tiers, "load_stretch", lambda: 2.0)  # a load of 4 on 2 cores: 0.3 s is within 2 x 0.2 s
-    run("-k", "lingers or quick").assert_outcomes(passed=3, deselected=6)
+    run("-k", "lingers or quick").assert_outcomes(passed=3, deselected=7)
     monkeypatch.setattr(tiers, "load_stretch", lambda: 1.2)
     result = run("-k", "test_lingers and not says")
-    result.assert_outcomes(failed=1, deselected=8)
+    result.assert_outcomes(failed=1, deselected=9)
     result.stdout.fnmatch_lines(
         ["*took *s, over the fast tier's 0.2 s (fast_tier_limit_s, stretched x1.2 for the load)*"]
     )
@@ -84,7 +89,7 @@ def test_a_real_model_fixture_marks_the_test_slow(run):
 
 
 def test_skips_stay_skips_off_ci(run):
-    run("-k", "skips").assert_outcomes(skipped=4, deselected=5)
+    run("-k", "skips").assert_outcomes(skipped=5, deselected=5)
 
 
 @pytest.mark.parametrize(
@@ -95,20 +100,50 @@ def test_under_ci_only_gpu_and_vllm_skips_stay_skips(run, monkeypatch, variable,
     monkeypatch.setenv(variable, value)
     result = run("-k", "skips or known_bug")
     # A skipif mark skips in setup, so it becomes an error there; a skip in the test body becomes a failure.
-    result.assert_outcomes(failed=1, errors=1, skipped=2, xfailed=1, deselected=4)
+    result.assert_outcomes(failed=2, errors=1, skipped=2, xfailed=1, deselected=4)
     result.stdout.fnmatch_lines_random(
         [
             f"skipped under {named}: shared GSM8K data not found at ../shared/data",
             f"skipped under {named}: no network namespace (no root, no user namespaces)",
-            "SKIPPED * no GPU on this machine",
-            "SKIPPED * vLLM is not installed (the gpu extra)",
+            f"skipped under {named}: shared data not found at /mnt/gpu-datasets",  # naming a GPU is not enough
+            "SKIPPED * accelerator: no GPU on this machine",
+            "SKIPPED * accelerator: vLLM is not installed (the GPU extra)",
+        ]
+    )
+
+
+MODULE_SKIPS = {
+    "test_needs_a_package": "import pytest\npytest.importorskip('no_such_package_here')\n\ndef test_x():\n    pass\n",
+    "test_needs_data": (
+        "import pytest\npytest.skip('data not found', allow_module_level=True)\n\ndef test_y():\n    pass\n"
+    ),
+    "test_needs_a_gpu": (
+        "from tests.tiers import skip_for_accelerator\n"
+        "skip_for_accelerator('no GPU here')\n\ndef test_z():\n    pass\n"
+    ),
+}
+
+
+def test_a_module_skipped_at_import_fails_collection_under_ci(run, pytester, monkeypatch):
+    pytester.makepyfile(**MODULE_SKIPS)
+    files = [f"{name}.py" for name in MODULE_SKIPS]
+    run(*files).assert_outcomes(skipped=3)  # off CI, a skip
+    monkeypatch.setenv("CI", "true")
+    result = run(*files)
+    result.assert_outcomes(errors=2, skipped=1)
+    result.stdout.fnmatch_lines_random(
+        [
+            "ERROR test_needs_a_package.py*",
+            "ERROR test_needs_data.py*",
+            "skipped under CI: could not import 'no_such_package_here'*",
+            "skipped under CI: data not found",
         ]
     )
 
 
 def test_ci_false_is_not_ci(run, monkeypatch):
     monkeypatch.setenv("CI", "false")
-    run("-k", "skips").assert_outcomes(skipped=4, deselected=5)
+    run("-k", "skips").assert_outcomes(skipped=5, deselected=5)
 
 
 def test_slow_tests_share_one_worker_under_xdist(run):

@@ -10,16 +10,17 @@
   every process a later test starts in the same worker, so spawn pools hang in `terminate()` and servers outlive
   their stop (`core.signals`).
 - **A test that times out says what it waited for**: the processes it left running, and which ignore SIGTERM.
-- **CI skips nothing silently.** With `CI` or `SEEDWHEEL_REQUIRE_SERVICES=1` set, a skip is a failure unless its
-  reason is a missing GPU or vLLM: a missing service, data file, sandbox layer or package must be installed,
-  not stepped over.
+- **CI skips nothing silently.** With `CI` or `SEEDWHEEL_REQUIRE_SERVICES=1` set, a skip is a failure unless it
+  went through `skip_for_accelerator` (a GPU, or vLLM, is there or not): a missing service, data file, sandbox
+  layer or package must be installed, not stepped over. That holds for a test's skip and a whole module's
+  (`pytest.importorskip` or `pytest.skip(..., allow_module_level=True)` at import, a collection report).
 """
 
 import os
-import re
 import signal
 import threading
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -33,8 +34,8 @@ SLOW_FIXTURES = frozenset(
 # both cores busy (model servers, training, whole runs), and two at once only slow each other down (measured: the
 # slow tier took 587 s on two workers against 645 s on one). The fast tests fill the other workers meanwhile.
 SLOW_GROUP = "slow"
-# The only skips CI accepts: this machine has no accelerator, or vLLM (the GPU extra) is absent or present.
-ALLOWED_CI_SKIP = re.compile(r"\b(gpu|cuda|vllm)\b", re.IGNORECASE)
+# The only skips CI accepts start so (`skip_for_accelerator`): a GPU here or not, vLLM (the GPU extra) or not.
+ACCELERATOR_SKIP = "accelerator: "
 # The item attribute that holds the signal state a test started with.
 _SIGNALS_BEFORE = "_seedwheel_signals_before"
 # The item attribute that holds the processes that ran under a test when it timed out.
@@ -52,6 +53,25 @@ def strict_skips() -> str | None:
     if os.environ.get("CI", "").lower() not in ("", "0", "false"):
         return "CI"
     return None
+
+
+def skip_for_accelerator(reason: str) -> NoReturn:
+    """Skip a test that this machine's accelerator (a GPU or not, vLLM or not) makes moot: the one skip CI accepts."""
+    pytest.skip(ACCELERATOR_SKIP + reason, allow_module_level=True)  # in a test, or a whole module at import
+
+
+def ci_skip_failure(longrepr: object) -> str | None:
+    """Why a skip (its report's `longrepr`) fails under CI, or None: off CI, or a `skip_for_accelerator` skip."""
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    strict = strict_skips()
+    if strict is None or reason.startswith(ACCELERATOR_SKIP):
+        return None
+    return (
+        f"skipped under {strict}: {reason}\n"
+        "CI runs every test but the GPU and vLLM ones: install what the reason names (`make test` does it "
+        "on a fresh machine), or fix the test."
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -155,16 +175,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 "inherits an ignored SIGTERM; wrap what changes them in core.signals.dispositions_kept()."
             )
     if report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        reason = reason.removeprefix("Skipped: ")
-        strict = strict_skips()
-        if strict and not ALLOWED_CI_SKIP.search(reason):
+        failure = ci_skip_failure(report.longrepr)
+        if failure:
             report.outcome = "failed"
-            report.longrepr = (
-                f"skipped under {strict}: {reason}\n"
-                "CI runs every test but the GPU and vLLM ones: install what the reason names (`make test` does it "
-                "on a fresh machine), or fix the test."
-            )
+            report.longrepr = failure
     elif report.when == "call" and report.passed and item.get_closest_marker("slow") is None:
         limit = float(item.config.getini("fast_tier_limit_s"))
         stretch = load_stretch()
@@ -175,3 +189,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 f"took {report.duration:.1f} s, over the fast tier's {limit:g} s (fast_tier_limit_s{load}): mark it "
                 "@pytest.mark.slow, so it leaves `make test-fast` and stays in `make test`, or make it faster."
             )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A module skipped at import (`importorskip`, `skip(allow_module_level=True)`) is a collection report, not a
+    test's: under CI it fails the collection like a test's skip fails the test."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    if report.skipped:
+        failure = ci_skip_failure(report.longrepr)
+        if failure:
+            report.outcome = "failed"
+            report.longrepr = failure

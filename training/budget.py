@@ -25,7 +25,9 @@ configured to do (`RunSettings`, read from the GRPO config with `trl.GRPOConfig`
   (`detectable_difference`).
 
 `Budget.advice` names what makes the run expensive or wasteful, with numbers. `calibrate(budget, measured)`
-compares a plan with what the run then measured (`measured_run` reads the trainer's own log).
+compares a plan with what the run then measured (`measured_run` reads the trainer's own log); `calibrate_plan`
+does so only when the run is the one planned (same GRPO settings and task count, not resumed), and says whether
+the plan was within `CALIBRATION_TOLERANCE`.
 
 Example:
     >>> shape = ModelShape.approximate(8_000_000_000)
@@ -57,6 +59,8 @@ from training.stats import DEFAULT_CONFIDENCE
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from training.promotion import PromotionPolicy
+
 THROUGHPUTS_FILE = Path(__file__).with_name("throughputs.csv")
 CPU_DEVICE = "cpu-2core"
 GPU_DEVICE = "h100"  # what a plan assumes for a run that is not pinned to the CPU
@@ -74,6 +78,8 @@ RUN_FIELDS = (
     "num_train_epochs", "max_completion_length", "max_prompt_tokens", "beta", "use_lora", "lora_r",
 )  # fmt: skip
 _KINDS = {"num_train_epochs": float, "beta": float, "use_lora": bool}  # the other RUN_FIELDS are integers
+# How far a plan may miss the run's wall time, either way, before its calibration is flagged.
+CALIBRATION_TOLERANCE = 2.0
 
 
 class BudgetError(SeedwheelError, ValueError):
@@ -332,6 +338,18 @@ class GateSettings:
     min_improvement: float = 0.0
     min_tasks: int = 20
     confidence: float = DEFAULT_CONFIDENCE
+
+    @classmethod
+    def from_policy(cls, policy: PromotionPolicy, eval_tasks: int, samples: int) -> GateSettings:
+        """What a gate with `policy` sees on `eval_tasks` tasks of `samples` completions each; the confidence is
+        the default (`PromotionPolicy` has none of its own).
+
+        Example:
+            >>> from training.promotion import PromotionPolicy
+            >>> GateSettings.from_policy(PromotionPolicy(min_improvement=0.02, min_tasks=30), 40, 4).min_tasks
+            30
+        """
+        return cls(eval_tasks, samples, policy.min_improvement, policy.min_tasks)
 
 
 @dataclass(frozen=True)
@@ -781,6 +799,24 @@ def _advice(
     return advice
 
 
+# The column of a plan's row (and of its calibration) that says why no GRPO run was planned: no task was in the
+# GRPO set, so `grpo_checkpoint` passed its starting policy on untrained.
+SKIPPED = "skipped_because"
+
+
+def plan_row(budget: Budget, *, model: str, device: str, grpo: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan as one table row: its numbers (`Budget.as_metadata`), the model and device it priced, the GRPO
+    settings it read and its advice; what `calibrate_plan` compares the run with.
+
+    Args:
+        budget: the plan.
+        model: the policy the run starts from.
+        device: the device named for the plan (as given: `Budget.device` is the throughput table's spelling).
+        grpo: the GRPO settings the plan read (`TrainingPolicy.grpo`).
+    """
+    return {**budget.as_metadata(), "model": model, "device": device, "grpo": dict(grpo), "advice": budget.advice}
+
+
 @dataclass(frozen=True)
 class MeasuredRun:
     """What a finished GRPO run measured: its steps and wall time, and the trainer's step times and token counts
@@ -838,6 +874,85 @@ def calibrate(planned: Mapping[str, float], measured: MeasuredRun) -> dict[str, 
     if measured.mean_completion_tokens:
         ratios["completion_length_ratio"] = planned["mean_completion_tokens"] / measured.mean_completion_tokens
     return ratios
+
+
+@dataclass(frozen=True)
+class PlanCalibration:
+    """A plan against the run it planned: whether the two compare, and if so how far the plan was off.
+
+    Attributes:
+        problems: why the run is not the run the plan priced (other GRPO settings, another task count, a resumed
+            run); empty when it is.
+        measured: what the run measured.
+        ratios: `calibrate`'s predicted / measured ratios; empty when the two do not compare.
+        planned_wall_seconds, planned_steps: the plan's wall time and steps.
+    """
+
+    problems: list[str]
+    measured: MeasuredRun
+    ratios: dict[str, float]
+    planned_wall_seconds: float
+    planned_steps: int
+
+    @property
+    def comparable(self) -> bool:
+        return not self.problems
+
+    @property
+    def within_tolerance(self) -> bool:
+        """Whether predicted / measured wall time is within `CALIBRATION_TOLERANCE` either way (never when the plan
+        and the run do not compare)."""
+        wall = self.ratios.get("wall_time_ratio")
+        return wall is not None and 1 / CALIBRATION_TOLERANCE <= wall <= CALIBRATION_TOLERANCE
+
+    @property
+    def predicted_seconds_for_measured_steps(self) -> float:
+        """The plan's wall time taken to the run's own step count."""
+        return self.planned_wall_seconds / self.planned_steps * self.measured.steps
+
+    def as_row(self) -> dict[str, Any]:
+        """The calibration as one table row: `comparable`, `within_tolerance`, the ratios, `problems`."""
+        return {
+            "comparable": self.comparable,
+            "within_tolerance": self.within_tolerance,
+            **self.ratios,
+            "problems": self.problems,
+        }
+
+
+def calibrate_plan(
+    planned: Mapping[str, Any],
+    run: Mapping[str, Any],
+    *,
+    logged: Mapping[str, Any] | None = None,
+    resumed: str = "",
+) -> PlanCalibration:
+    """Compare a plan with the run it planned, when the run is the one the plan priced.
+
+    Args:
+        planned: the plan's row (`plan_row`).
+        run: the run's row (`grpo_checkpoint`: `config` with its `grpo` settings, `task_ids`, `steps`,
+            `train_seconds`).
+        logged: the run's measurements as the trainer logged them (`MeasuredRun`'s fields); None: the row's steps
+            and wall time alone.
+        resumed: the checkpoint the run resumed from, if it did: its wall time then covers part of the run.
+
+    Returns:
+        A `PlanCalibration`; its ratios are left empty when settings, task count or a resume make the two differ.
+
+    Raises:
+        BudgetError: the run's or the plan's GRPO settings hold a value of the wrong kind (`RunSettings.from_grpo`).
+    """
+    problems = []
+    if RunSettings.from_grpo(run["config"]["grpo"]) != RunSettings.from_grpo(planned["grpo"]):
+        problems.append("the run's GRPO settings differ from the plan's")
+    if len(run["task_ids"]) != planned["prompts"]:
+        problems.append(f"the run trained {len(run['task_ids'])} tasks, the plan counted {planned['prompts']}")
+    if resumed:
+        problems.append(f"the run resumed from {resumed}: its wall time covers part of it")
+    measured = MeasuredRun(**logged) if logged else MeasuredRun(int(run["steps"]), float(run["train_seconds"]))
+    ratios = {} if problems else calibrate(planned, measured)
+    return PlanCalibration(problems, measured, ratios, planned["predicted_wall_seconds"], planned["steps"])
 
 
 def default_device(runtime: str) -> str:

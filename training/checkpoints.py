@@ -1,6 +1,7 @@
 """What the TRL training runs (`training.grpo`, `training.sft`) share: checkpoints, the final folder, metrics, LoRA.
 
-- **Resuming**: `last_complete_checkpoint(output_dir)` is the newest `checkpoint-N` that transformers finished
+- **Resuming**: a pipeline run folder is named by `run_digest` of its inputs, so a rerun after a kill finds the same
+  folder; `last_complete_checkpoint(output_dir)` is the newest `checkpoint-N` that transformers finished
   writing (it writes `trainer_state.json` last, so a folder without it was cut off by a kill and is skipped with a
   warning). `train_resuming(trainer, checkpoint)` resumes from it; a checkpoint already at `max_steps` (a run killed
   between its last save and its final folder) is loaded, not trained on, since transformers would run one step past
@@ -17,6 +18,7 @@ Like `training.grpo`, importing this module costs nothing: torch/transformers/pe
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import math
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
+from validators.tasks import canonical_json
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +52,25 @@ class MissingPeftError(SeedwheelError, ImportError):
 def peft_available() -> bool:
     """Whether `peft` is importable (found without importing it)."""
     return importlib.util.find_spec("peft") is not None
+
+
+def run_digest(model: str, task_ids: Sequence[str], config: dict[str, Any]) -> str:
+    """A name for a training run folder: the same inputs give the same folder, so a rerun resumes there.
+
+    Args:
+        model: the model the run starts from.
+        task_ids: the tasks it trains on, in any order.
+        config: every setting that changes what it trains (a new key or value names another folder).
+
+    Returns:
+        16 hex digits of the SHA-256 of the three, canonically encoded.
+
+    Example:
+        >>> run_digest("m", ["b", "a"], {"lr": 1}) == run_digest("m", ["a", "b"], {"lr": 1})
+        True
+    """
+    payload = canonical_json({"model": model, "tasks": sorted(task_ids), "config": config})
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:

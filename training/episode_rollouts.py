@@ -7,7 +7,7 @@ marks the completion tokens the loss trains on. `EpisodeRollouts` is that functi
 `episode` tasks:
 
 - Every round, one assistant turn is generated for every live conversation through the trainer's own backend
-  (`GRPOTrainer._generate_single_turn`: the policy's current weights through transformers on CPU; vLLM colocated
+  (`trainer_turns`: the policy's current weights through transformers on CPU; vLLM colocated
   or served on a GPU, switched by the same `use_vllm` setting as single-turn GRPO). A turn continues from the
   exact tokens so far: nothing is re-tokenized, so the loss sees what was sampled.
 - A single-turn task's completion is its first turn, as without the rollout function.
@@ -23,8 +23,11 @@ marks the completion tokens the loss trains on. `EpisodeRollouts` is that functi
 
 The trainer's prompt tokenization (`_tokenize_prompts`) and one-turn generation (`_generate_single_turn`) are
 private TRL 1.16 methods (the pin is `trl>=1.16,<1.17`); TRL's own tool-calling loop is built on them, and the
-tests run both backends' CPU path. With vLLM in `server` mode a round is a collective call, so the rounds must
-match across processes: run episode GRPO on one training process there (`colocate` has no such limit).
+tests run both backends' CPU path. The generation is reached through one seam, `trainer_turns` (a `TurnSampler`):
+tests that script the turns hand `EpisodeRollouts` their own sampler instead of patching TRL's internals, so a TRL
+upgrade that renames the method breaks `trainer_turns` and the real-backend tests, not every test. With vLLM in
+`server` mode a round is a collective call, so the rounds must match across processes: run episode GRPO on one
+training process there (`colocate` has no such limit).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -45,6 +48,9 @@ from validators.verifiers.episode import Episode
 logger = logging.getLogger(__name__)
 
 LENGTH = "length"  # the end reason of an episode whose tokens reached max_completion_length
+# One assistant turn for each live conversation, given the trainer and each conversation's token ids so far: the
+# sampled token ids per conversation, and their sampling logprobs (None when the backend reports none).
+TurnSampler = Callable[[Any, list[list[int]]], tuple[Sequence[Sequence[int]], Sequence[Sequence[float]] | None]]
 
 
 class EpisodeRolloutError(SeedwheelError, ValueError):
@@ -124,12 +130,19 @@ def tool_suffix_ids(tokenizer: Any, messages: Sequence[Mapping[str, Any]], **tem
     return full[len(prefix) :]
 
 
+def trainer_turns(trainer: Any, conversations: list[list[int]]) -> Any:
+    """One turn per conversation through the trainer's own backend (transformers, or vLLM where `use_vllm`): TRL
+    1.16's private `GRPOTrainer._generate_single_turn`, one sample each (every conversation has its own history)."""
+    return trainer._generate_single_turn(conversations, None, {}, num_generations=1)
+
+
 class EpisodeRollouts:
     """TRL's `rollout_func` for a split with `episode` tasks (see the module docstring); counts what it played.
 
     Args:
         rows: the training split's rows (`episode_tasks` picks the episode tasks).
         context: where the environments' fixtures resolve (the same as the rewards').
+        sample_turns: how a round's turns are sampled (`trainer_turns`: the trainer's backend).
 
     Attributes:
         end_reasons: how the episodes played so far ended (`length` included).
@@ -142,9 +155,16 @@ class EpisodeRollouts:
 
     __name__ = "episode_rollouts"
 
-    def __init__(self, rows: Sequence[Mapping[str, Any]], *, context: VerifyContext | None = None) -> None:
+    def __init__(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        context: VerifyContext | None = None,
+        sample_turns: TurnSampler = trainer_turns,
+    ) -> None:
         self.tasks = episode_tasks(rows)
         self.context = context or VerifyContext()
+        self.sample_turns = sample_turns
         self.end_reasons: Counter[str] = Counter()
         self.tool_calls = 0
 
@@ -163,9 +183,7 @@ class EpisodeRollouts:
                 plays.append(None if task is None else start_rollout(environments, task, index, 0, self.context))
             live = list(range(len(prompts)))
             while live:
-                turns, turn_logprobs = trainer._generate_single_turn(
-                    [prompt_ids[i] + outs[i].ids for i in live], None, {}, num_generations=1
-                )
+                turns, turn_logprobs = self.sample_turns(trainer, [prompt_ids[i] + outs[i].ids for i in live])
                 still = []
                 for n, i in enumerate(live):
                     sampled = list(turns[n])[: limit - len(outs[i].ids)]

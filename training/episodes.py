@@ -58,6 +58,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from training.evaluation import (
     SampledVerdicts,
     check_sampling,
@@ -77,6 +79,7 @@ from validators.environments import (
     environment_class,
 )
 from validators.registry import Completion, VerifyContext
+from validators.tables import frame_from_records
 from validators.verifiers.episode import episode_answer, episode_calls
 from validators.verifiers.tool_call import tagged_calls
 
@@ -433,6 +436,43 @@ def sample_episodes(
             "reason": verdict.reason,
         }
         for r, completion, diff, verdict in zip(rollouts, completions, changes, verdicts, strict=True)
+    ]
+
+
+def episodes_table(
+    rows: Sequence[Mapping[str, Any]], tasks: Sequence[Mapping[str, Any]], *, model: str, sampling: str
+) -> pd.DataFrame:
+    """The `episodes` table: `sample_episodes`' rows with the policy's name, each task's environment and how they
+    were played.
+
+    Args:
+        rows: `sample_episodes`' rows on `tasks`.
+        tasks: the episode tasks played (`verifier.params.environment` names each one's environment).
+        model: the policy as the pipeline names it (a URL on an object store), not the local copy it was loaded
+            from: `difficulty_profile` checks it is the policy it profiles.
+        sampling: how they were played (`TrainingPolicy.episode_sampling`), which the profile checks too.
+
+    Returns:
+        One row per episode: `EPISODE_FIELDS`, then `environment` and `sampling`.
+    """
+    played = frame_from_records([{**row, "model": model} for row in rows], EPISODE_FIELDS)
+    environments = {task["task_id"]: task["verifier"]["params"]["environment"] for task in tasks}
+    return played.assign(environment=[environments[task_id] for task_id in played["task_id"]], sampling=sampling)
+
+
+def pass_rates_by_environment(played: pd.DataFrame) -> list[dict[str, Any]]:
+    """Episodes played and the share that passed, per environment (sorted), from an `episodes_table`.
+
+    Example:
+        >>> pass_rates_by_environment(pd.DataFrame({"environment": ["shop", "shop"], "passed": [True, False]}))
+        [{'environment': 'shop', 'episodes': 2, 'pass_rate': 0.5}]
+    """
+    if played.empty:
+        return []
+    rates = played.groupby("environment")["passed"].agg(["size", "mean"]).reset_index()
+    return [
+        {"environment": r["environment"], "episodes": r["size"], "pass_rate": r["mean"]}
+        for r in rates.to_dict(orient="records")
     ]
 
 

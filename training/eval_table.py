@@ -1,4 +1,5 @@
-"""Reading the checkpoint evaluation table: the paired comparison the gate decides on, and the failure report.
+"""The checkpoint evaluation table: built from both models' verdicts, and read back for the paired comparison the
+gate decides on and the failure report.
 
 The table (`checkpoint_eval`) holds one row per sampled completion: `role` (`baseline` or `candidate`),
 `model`, `task_id`, `family`, `failure_eval` (the task is a held-out production failure), `sample`, `passed`,
@@ -8,11 +9,23 @@ Every row counts alike: an episode's verdict is one sample's.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import pandas as pd
 
-from training.stats import Comparison, compare
+from training.evaluation import SampledVerdicts
+from training.stats import Comparison, EvalReport, compare, evaluate
+
+ROLES = ("baseline", "candidate")
+# `end_reason` and `turns` (the messages) are an episode's; None for a single-turn task's completion.
+EVAL_COLUMNS = (
+    "role", "model", "task_id", "family", "failure_eval", "sample", "passed", "score", "reason", "completion",
+    "end_reason", "turns",
+)  # fmt: skip
+# The columns of `EvalTable.by_family`.
+FAMILY_COLUMNS = ("family", "tasks", *(f"{role} pass@1" for role in ROLES), "difference")
 
 
 class FailureReport(TypedDict):
@@ -22,6 +35,89 @@ class FailureReport(TypedDict):
     fixed: list[str]
     broken: list[str]
     summary: str
+
+
+@dataclass(frozen=True)
+class EvalTable:
+    """The `checkpoint_eval` table (`rows`, `EVAL_COLUMNS`), each role's pass@k report and their paired comparison."""
+
+    rows: pd.DataFrame
+    reports: dict[str, EvalReport]
+    comparison: Comparison
+
+    def overall(self) -> dict[str, float]:
+        """Each role's overall metrics as flat numbers: `baseline/pass@1`, `candidate/pass@4`, ..."""
+        return {
+            f"{role}/{metric}": estimate.value
+            for role, report in self.reports.items()
+            for metric, estimate in report.overall.items()
+        }
+
+    def by_family(self) -> list[dict[str, Any]]:
+        """pass@1 with its interval per role, and the paired difference, overall and per family (`FAMILY_COLUMNS`)."""
+        parts = [("overall", self.comparison.overall, {r: self.reports[r].overall for r in ROLES})]
+        parts += [
+            (family, paired, {r: self.reports[r].families[family] for r in ROLES})
+            for family, paired in self.comparison.families.items()
+        ]
+        return [
+            {
+                "family": family,
+                "tasks": paired.tasks,
+                **{f"{role} pass@1": str(metrics[role]["pass@1"]) for role in ROLES},
+                "difference": paired.difference.signed(),
+            }
+            for family, paired, metrics in parts
+        ]
+
+    def pass_at_1(self) -> dict[str, dict[str, float]]:
+        """role -> family -> pass@1."""
+        return {role: {f: m["pass@1"].value for f, m in self.reports[role].families.items()} for role in ROLES}
+
+    def candidate_failures(self) -> pd.DataFrame:
+        """The candidate's rows that did not pass."""
+        return self.rows[(self.rows["role"] == "candidate") & ~self.rows["passed"].astype(bool)]
+
+
+def eval_table(
+    sampled: Mapping[str, SampledVerdicts],
+    models: Mapping[str, str],
+    failure_ids: Collection[str],
+    *,
+    samples: int,
+    seed: int,
+) -> EvalTable:
+    """The `checkpoint_eval` table of the roles' verdicts, their pass@1 and pass@`samples`, and the comparison.
+
+    Args:
+        sampled: role -> its verdicts on the eval tasks (`training.episodes.play_and_score`).
+        models: role -> the model that played it, in the table's order (`ROLES`).
+        failure_ids: the task ids of the held-out production failures (their rows get `failure_eval` True).
+        samples: the samples drawn per task (pass@1 is always reported, pass@k for k = samples too).
+        seed: the bootstrap seed of the intervals.
+
+    Returns:
+        An `EvalTable`: the rows of every role in `models`' order (samples in order, `EVAL_COLUMNS`), each role's
+        `training.stats.evaluate` report and `paired_comparison`.
+    """
+    reports = {
+        role: evaluate(sampled[role].passed, sampled[role].families, ks=sorted({1, samples}), seed=seed)
+        for role in models
+    }
+    frames = [pd.DataFrame(sampled[role].rows).assign(role=role, model=model) for role, model in models.items()]
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows.assign(failure_eval=rows["task_id"].isin(failure_ids))[list(EVAL_COLUMNS)]
+    return EvalTable(rows, reports, paired_comparison(rows, seed))
+
+
+def role_models(rows: pd.DataFrame) -> dict[str, str]:
+    """role -> the model the table evaluated in it (`ROLES`).
+
+    Raises:
+        KeyError: the table lacks one of the two roles.
+    """
+    first = rows.groupby("role")["model"].first()
+    return {role: first[role] for role in ROLES}
 
 
 def role_verdicts(rows: pd.DataFrame) -> dict[str, dict[str, list[bool]]]:

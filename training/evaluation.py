@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from training.stats import EvaluationError
 from validators.batch import verify_many
@@ -35,6 +35,30 @@ logger = logging.getLogger(__name__)
 def is_episode(task: Mapping[str, Any]) -> bool:
     """Whether a task is a multi-turn episode (`training.episodes` plays it), not a single-turn one."""
     return (task.get("verifier") or {}).get("name") == Episode.name
+
+
+class EvalTaskCounts(TypedDict):
+    """The tasks an evaluation scores: all of them, the held-out production failures among them, and the `episode`
+    tasks (played turn by turn in their environments)."""
+
+    tasks: int
+    failure_eval_tasks: int
+    episode_tasks: int
+
+
+def eval_task_counts(tasks: Sequence[Mapping[str, Any]], failure_ids: Collection[str]) -> EvalTaskCounts:
+    """How many of `tasks` there are, how many are production failures (`failure_ids`), how many are episodes.
+
+    Example:
+        >>> tasks = [{"task_id": "a", "verifier": {"name": "episode"}}, {"task_id": "b", "verifier": {"name": "sql"}}]
+        >>> eval_task_counts(tasks, {"b", "z"})
+        {'tasks': 2, 'failure_eval_tasks': 1, 'episode_tasks': 1}
+    """
+    return {
+        "tasks": len(tasks),
+        "failure_eval_tasks": len(set(failure_ids) & {t["task_id"] for t in tasks}),
+        "episode_tasks": sum(is_episode(task) for task in tasks),
+    }
 
 
 @dataclass(frozen=True)

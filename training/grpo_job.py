@@ -8,9 +8,10 @@ reward mean, filtered rows, verifier versions). Without Pipes (a person, a GPU l
 prints the same result as one JSON line last on stdout. The only Dagster dependency is `dagster_pipes` (small,
 dependency-free), imported only when the process was launched by Pipes.
 
-The parent and this process share the config type (`GRPOJobConfig`: the asset builds it and writes `to_json()`,
-this process reads it with `from_file`) and the result type (`GRPOJobResult`: `to_metadata()` here,
-`from_metadata()` in the asset), so a field renamed on one side fails loudly on the other.
+The parent and this process share the config type (`GRPOJobConfig`: the asset writes it into the run folder with
+`write_job`, beside the exported split, and this process reads it with `from_file`) and the result type
+(`GRPOJobResult`: `to_metadata()` here, `from_metadata()` in the asset), so a field renamed on one side fails
+loudly on the other.
 
 The config file (JSON; under Pipes the same object may come as the extra `grpo_job_config` instead of a file):
 
@@ -39,13 +40,18 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from core import SeedwheelError
 from training.grpo import GRPOResult, cpu_defaults, grpo_config_class, run_grpo, runtime_defaults
+from validators.export import export_split
+from validators.tables import atomic_write
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Named explicitly: under `python -m` this module is `__main__`, and the Pipes log handler sits on "training".
 logger = logging.getLogger("training.grpo_job")
@@ -108,6 +114,19 @@ class GRPOJobConfig:
     def to_mapping(self) -> dict[str, Any]:
         """The config as the JSON object `from_mapping` reads back."""
         return dataclasses.asdict(self)
+
+    def relocated(self, model_path: str, where: Callable[[str], str]) -> GRPOJobConfig:
+        """This job with `model_path` as its start and its output folder and train file at `where(path)`: the job
+        as a manifest records it, once its run folder's working copy is kept at the storage root.
+
+        Example:
+            >>> job = GRPOJobConfig(model_path="/tmp/m", output_dir="/tmp/run/output", train_file="/tmp/run/t.parquet")
+            >>> job.relocated("s3://b/sft", lambda path: path.replace("/tmp/run", "s3://b/run")).output_dir
+            's3://b/run/output'
+        """
+        return dataclasses.replace(
+            self, model_path=model_path, output_dir=where(self.output_dir), train_file=where(self.train_file)
+        )
 
     def to_json(self) -> str:
         """The config file's text (sorted keys, one trailing newline), as `from_file` reads it back."""
@@ -197,6 +216,62 @@ class GRPOJobConfig:
         return config_cls(**kwargs)
 
 
+def job_grpo_settings(
+    grpo: Mapping[str, Any], reward_weights: Mapping[str, float], max_episode_turns: int | None
+) -> dict[str, Any]:
+    """A pipeline job's `grpo`: the configured GRPO fields, with the reward weights by verifier and the episode turn
+    cap the pipeline sets beside them (they name the run folder too).
+
+    Example:
+        >>> job_grpo_settings({"max_steps": 4}, {"*": 1.0}, None)
+        {'max_steps': 4, 'reward_weights_by_verifier': {'*': 1.0}, 'max_episode_turns': None}
+    """
+    return {**grpo, "reward_weights_by_verifier": reward_weights, "max_episode_turns": max_episode_turns}
+
+
+def write_job(
+    tasks: pd.DataFrame | Iterable[Mapping[str, Any]],
+    run_dir: Path,
+    model_path: str,
+    runtime: Runtime,
+    grpo: Mapping[str, Any],
+) -> tuple[GRPOJobConfig, Path]:
+    """Write a job into its run folder: the tasks as `train.parquet` (and `.jsonl`), the config as `job.json`.
+
+    Args:
+        tasks: the GRPO set's task records (or a DataFrame of them).
+        run_dir: the run folder; the job's checkpoints and `final` go to its `output` folder.
+        model_path: the model directory to start from.
+        runtime: which machine defaults go under `grpo`.
+        grpo: `SeedwheelGRPOConfig` fields.
+
+    Returns:
+        The job config and the path of its file (written atomically), for `python -m training.grpo_job --config`.
+    """
+    exported = export_split(tasks, run_dir, "train")
+    job = GRPOJobConfig(
+        model_path=model_path,
+        output_dir=str(run_dir / "output"),
+        train_file=str(exported.parquet),
+        runtime=runtime,
+        grpo=dict(grpo),
+    )
+    config_path = run_dir / "job.json"
+    with atomic_write(config_path, "w") as handle:
+        handle.write(job.to_json())
+    return job, config_path
+
+
+def step_metrics(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The job's custom messages that are a training step's metrics with a reward (the points of a reward curve).
+
+    Example:
+        >>> step_metrics([{"kind": "grpo_metrics", "step": 1, "reward": 0.5}, {"kind": "grpo_summary", "reward": 1}])
+        [{'kind': 'grpo_metrics', 'step': 1, 'reward': 0.5}]
+    """
+    return [dict(m) for m in messages if m.get("kind") == METRICS_MESSAGE_KIND and "reward" in m]
+
+
 def pipes_requested(environ: Mapping[str, str] | None = None) -> bool:
     """Whether Dagster Pipes launched this process (its context env var is set), without importing anything.
 
@@ -278,6 +353,11 @@ class GRPOJobResult:
     def filtered_rows(self) -> int:
         """Rows dropped for prompts longer than `max_prompt_tokens`."""
         return len(self.filtered_task_ids)
+
+    def trained_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The tasks of the job's train file that it trained on: all but those filtered for their prompt's length."""
+        filtered = set(self.filtered_task_ids)
+        return [task for task in tasks if task["task_id"] not in filtered]
 
     @classmethod
     def from_run(cls, result: GRPOResult) -> GRPOJobResult:

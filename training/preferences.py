@@ -37,7 +37,8 @@ measure recall. So only train-split rollouts (`difficulty_profile`) make `split=
 request that meets a held-out task id fails loudly (`EvalLeakError`) instead of dropping it quietly: it means
 the split or the rollout table is wrong. Eval-split rollouts become `split="eval"` pairs, exported to a file of
 their own, for measuring a reward or preference model on prompts no policy trained on. `training.dpo.run_dpo`
-refuses them too.
+refuses them too. `split_pairs` builds both splits' pairs for the `preference_pairs` asset, the training ones from
+the profile's rollouts (`profile_rollouts`).
 """
 
 from __future__ import annotations
@@ -49,12 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard, get_args
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core import SeedwheelError
+from training.evaluation import is_episode
 from validators.export import MESSAGE_TYPE, ExportedSplit
-from validators.tables import atomic_write, write_jsonl
+from validators.tables import atomic_write, frame_from_records, write_jsonl
 
 PairSplit = Literal["train", "eval"]
 SPLITS: tuple[str, ...] = get_args(PairSplit)
@@ -216,6 +219,58 @@ def build_preference_pairs(
     return PreferencePairs(pairs=pairs, outcomes=outcomes, dropped=dropped)
 
 
+def profile_rollouts(profile: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The scored samples a difficulty profile keeps (its `rollouts`), one row each, with its task and the policy
+    that sampled it as the `model`: the training pairs' samples. A row without rollouts (not profiled) gives none.
+
+    Example:
+        >>> profile_rollouts([{"task_id": "t1", "policy": "sft", "rollouts": [{"completion": "#### 4"}]},
+        ...                   {"task_id": "t2", "policy": "sft", "rollouts": None}])
+        [{'completion': '#### 4', 'task_id': 't1', 'model': 'sft'}]
+    """
+    return [
+        {**rollout, "task_id": row["task_id"], "model": row["policy"]}
+        for row in profile
+        for rollout in row["rollouts"] or []
+    ]
+
+
+def split_pairs(
+    train_samples: Iterable[Mapping[str, Any]],
+    train_tasks: Iterable[Mapping[str, Any]],
+    eval_samples: Iterable[Mapping[str, Any]],
+    eval_tasks: Sequence[Mapping[str, Any]],
+    *,
+    max_pairs_per_task: int = DEFAULT_MAX_PAIRS_PER_TASK,
+) -> dict[PairSplit, PreferencePairs]:
+    """Both splits' pairs: `train` from the profile's rollouts on the training tasks (`difficulty_profile`; a rollout
+    on an eval task raises `EvalLeakError`), `eval` from the gate's rollouts on the eval tasks (`checkpoint_eval`).
+
+    Args:
+        train_samples: the training split's scored rollouts (`profile_rollouts`).
+        train_tasks: the training split's task records.
+        eval_samples: the eval split's scored rollouts.
+        eval_tasks: the eval split's task records: held out from the training pairs.
+        max_pairs_per_task: the most pairs per task and model.
+
+    Returns:
+        `PreferencePairs` by split, `train` first.
+    """
+    return {
+        "train": build_preference_pairs(
+            train_samples,
+            train_tasks,
+            split="train",
+            source="difficulty_profile",
+            held_out={task["task_id"] for task in eval_tasks},
+            max_pairs_per_task=max_pairs_per_task,
+        ),
+        "eval": build_preference_pairs(
+            eval_samples, eval_tasks, split="eval", source="checkpoint_eval", max_pairs_per_task=max_pairs_per_task
+        ),
+    }
+
+
 def _checked(sample: Mapping[str, Any], index: int) -> dict[str, Any]:
     missing = [name for name in ("task_id", "completion", "passed") if sample.get(name) is None]
     if missing or not isinstance(sample["completion"], str):
@@ -349,3 +404,33 @@ def export_pairs(pairs: Sequence[Mapping[str, Any]], out_dir: Path, split: PairS
         pq.write_table(pa.Table.from_pylist(rows, schema=PAIR_SCHEMA), handle)
     write_jsonl(rows, jsonl_path)
     return ExportedSplit(parquet=parquet_path, jsonl=jsonl_path, rows=len(rows))
+
+
+def pairs_frame(built: Mapping[str, PreferencePairs]) -> pd.DataFrame:
+    """Every split's pairs as one table, split by split, with the columns `PAIR_COLUMNS`."""
+    return frame_from_records([pair for part in built.values() for pair in part.pairs], PAIR_COLUMNS)
+
+
+def pairs_by_family(pairs: pd.DataFrame) -> list[dict[str, Any]]:
+    """Pairs and the distinct tasks that gave them, per split, source and family (sorted), from a `pairs_frame`."""
+    counts = pairs.groupby(["split", "source", "family"]).agg(pairs=("task_id", "size"), tasks=("task_id", "nunique"))
+    return counts.reset_index().to_dict(orient="records")
+
+
+def outcomes_by_split(built: Mapping[str, PreferencePairs]) -> list[dict[str, Any]]:
+    """How many tasks each outcome (`paired`, `no_passing`, `no_failing`) had, per split, outcomes sorted.
+
+    Example:
+        >>> outcomes_by_split({"eval": PreferencePairs([], {("t1", "m"): "no_passing", ("t2", "m"): "no_passing"})})
+        [{'split': 'eval', 'outcome': 'no_passing', 'tasks': 2}]
+    """
+    return [
+        {"split": split, "outcome": outcome, "tasks": n}
+        for split, part in built.items()
+        for outcome, n in sorted(Counter(part.outcomes.values()).items())
+    ]
+
+
+def episode_pairs(pairs: pd.DataFrame, tasks: Iterable[Mapping[str, Any]]) -> int:
+    """Pairs whose sides are multi-turn episodes (their `turns`): the pairs of `episode` tasks among `tasks`."""
+    return int(pairs["task_id"].isin({task["task_id"] for task in tasks if is_episode(task)}).sum())

@@ -34,10 +34,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
+
+import pandas as pd
 
 from core import SeedwheelError
 from core.state import StateStore
+from training.eval_table import FailureReport
 from training.stats import Comparison, PairedDifference
 from validators.tables import atomic_write
 
@@ -115,6 +118,22 @@ class PromotionDecision:
     promote: bool
     reasons: list[str]
     numbers: dict[str, float | int]
+
+    @property
+    def verdict(self) -> str:
+        """The decision in two words: `promoted` or `kept baseline`."""
+        return "promoted" if self.promote else "kept baseline"
+
+
+class PromotionRecord(TypedDict):
+    """The gate's record of one decision (the `promotion` table's row)."""
+
+    decision: str  # `PromotionDecision.verdict`
+    candidate: str
+    baseline: str
+    reasons: list[str]
+    numbers: dict[str, float | int]
+    failure_eval: FailureReport  # reported apart, not a gate rule
 
 
 def _family_regressed(paired: PairedDifference, policy: PromotionPolicy) -> bool:
@@ -220,6 +239,41 @@ def decision_line(promoted: bool, candidate: str, baseline: str) -> str:
     if promoted:
         return f"promoted the candidate {candidate}: it replaces the baseline {baseline}"
     return f"kept the baseline {baseline}: the candidate {candidate} did not pass the gate"
+
+
+def promotion_record(
+    decision: PromotionDecision, models: Mapping[str, str], failures: FailureReport
+) -> PromotionRecord:
+    """The record of `decision` on `models` (role -> model), with the failure report beside it.
+
+    Example:
+        >>> decision = PromotionDecision(promote=False, reasons=["too few"], numbers={})
+        >>> failures = {"tasks": 0, "fixed": [], "broken": [], "summary": "none"}
+        >>> promotion_record(decision, {"candidate": "grpo/run7", "baseline": "base"}, failures)["decision"]
+        'kept baseline'
+    """
+    return {
+        "decision": decision.verdict,
+        "candidate": models["candidate"],
+        "baseline": models["baseline"],
+        "reasons": decision.reasons,
+        "numbers": decision.numbers,
+        "failure_eval": failures,
+    }
+
+
+def compared_models(checkpoint: pd.DataFrame, registry: PromotionRegistry) -> dict[str, str]:
+    """The two models the gate weighs, by role: the candidate, the checkpoint a training step made, and the
+    baseline, the promoted model (`registry`) or, before any promotion, the base model the candidate started from.
+
+    Args:
+        checkpoint: the training step's table (`grpo_checkpoint`): its first row's `checkpoint` and `base_model`.
+        registry: the promotion record.
+    """
+    return {
+        "baseline": registry.baseline(str(checkpoint.loc[0, "base_model"])),
+        "candidate": str(checkpoint.loc[0, "checkpoint"]),
+    }
 
 
 @dataclass(frozen=True)

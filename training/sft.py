@@ -18,7 +18,7 @@ its own verifier) teaches the output format and some of the skill, so that GRPO 
   step computes padding. Measured on the quickstart's warm-up (16 steps of 8, 2 CPU cores): the same losses step
   for step as padded batches, and the same time (333 s against 340 s).
 - **Settings**: `SFTSettings` holds the run's numbers (steps, learning rate, batch size, length, LoRA or not) and
-  checks them once; it is their one home (`pipeline.resources.TrainingPolicy` mirrors its defaults).
+  checks them once; it is their one home (`resources.TrainingPolicy` mirrors its defaults).
 - **Runtime**: `training.grpo.runtime_defaults(prefer_vllm=False)`: on CPU `use_cpu=True`, `bf16=False`, no
   activation checkpointing; on a GPU bf16 where supported. `overrides` go over everything (any `trl.SFTConfig`
   field).
@@ -26,6 +26,8 @@ its own verifier) teaches the output format and some of the skill, so that GRPO 
   `checkpoint-N` in `output_dir` and writes the model and tokenizer to `<output_dir>/final` atomically; LoRA
   adapters (peft, optional: `pip install peft`) are merged into it, so `final` is a plain model directory for
   `training.grpo.run_grpo`, `training.evaluation.sample_and_score` or `seedwheel serve`.
+- **In the pipeline** (`sft_checkpoint`): `warm_up_tasks` picks the `sft_families`' tasks, `warm_up_digest` names
+  the run folder (a rerun resumes there) and `imitated_tasks` are the tasks its manifest records.
 
 Measured on 2 shared CPU cores (tiny Qwen2-style model, hidden 32, batch 4, ~40-token rows): ~0.05-0.1 s a step.
 """
@@ -36,8 +38,8 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from training.checkpoints import (
     last_complete_checkpoint,
     metrics_callback,
     peft_lora_config,
+    run_digest,
     save_final,
     train_resuming,
 )
@@ -235,6 +238,39 @@ def sft_examples(
         for task, prompt in zip(referenced, prompts, strict=True)
     ]
     return examples, len(tasks) - len(referenced)
+
+
+def warm_up_tasks(tasks: Iterable[Mapping[str, Any]], families: Collection[str] | None) -> list[Mapping[str, Any]]:
+    """The tasks a pipeline warm-up trains on: those of `families` (every family's when None), in order.
+
+    A short warm-up is better spent on the formats the policy can learn in it than spread thin over all of them;
+    an empty list means none of `families` is in the split (the pipeline then starts GRPO from the base model).
+
+    Example:
+        >>> tasks = [{"task_id": "a", "family": "sql"}, {"task_id": "b", "family": "tool_call"}]
+        >>> [t["task_id"] for t in warm_up_tasks(tasks, ["tool_call"])], len(warm_up_tasks(tasks, None))
+        (['b'], 2)
+    """
+    return [task for task in tasks if families is None or task["family"] in families]
+
+
+def warm_up_digest(model: str, tasks: Sequence[Mapping[str, Any]], settings: SFTSettings) -> str:
+    """The digest that names a pipeline warm-up's run folder and manifest (`training.checkpoints.run_digest`).
+
+    It covers the model, the tasks, every `SFTSettings` field and how the examples are built: a field added to
+    `SFTSettings`, or a new `EXAMPLES_VERSION`, renames them, so a folder trained another way is never resumed.
+    """
+    return run_digest(model, [t["task_id"] for t in tasks], {**asdict(settings), "examples": EXAMPLES_VERSION})
+
+
+def imitated_tasks(tasks: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The tasks a warm-up imitates, those with a reference (`sft_examples` skips the others): its manifest's.
+
+    Example:
+        >>> [t["task_id"] for t in imitated_tasks([{"task_id": "a", "reference": "#### 4"}, {"task_id": "b"}])]
+        ['a']
+    """
+    return [task for task in tasks if task.get("reference")]
 
 
 def run_sft(

@@ -14,7 +14,6 @@ from typing import Any
 
 import jsonschema
 
-from core import SeedwheelError
 from validators.cache_store import CacheStore, file_digest
 from validators.pointers import json_pointer
 from validators.records import TaskRecord
@@ -235,23 +234,6 @@ def _split_problem(issue: str) -> Problem:
     if pointer == "/verifier/name":
         return Problem("unknown_verifier", pointer, message, "use a registered verifier or register yours")
     return Problem("bad_params", pointer, message or issue, "fix the verifier params as the message says")
-
-
-def validate_task(record: Mapping[str, Any], context: VerifyContext | None = None) -> None:
-    """Raise `InvalidTaskError` listing every problem of a record (see `task_problems`)."""
-    problems = task_problems(record, context)
-    if problems:
-        raise InvalidTaskError(record.get("task_id"), problems)
-
-
-class InvalidTaskError(SeedwheelError, ValueError):
-    """A record that is not a valid task; the message lists each problem with its JSON pointer and fix."""
-
-    def __init__(self, task_id: str | None, problems: list[Problem]):
-        self.task_id = task_id
-        self.problems = problems
-        lines = [f"  {p}" for p in problems]
-        super().__init__(f"task {task_id or '<no id>'} is invalid:\n" + "\n".join(lines))
 
 
 def verdict_key(record: Mapping[str, Any], context: VerifyContext | None = None) -> str | None:

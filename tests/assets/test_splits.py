@@ -7,8 +7,8 @@ from curation.split_ledger import SplitLedger
 from curation.splits import EVAL, task_roots
 from generators.base import derive_task
 from generators.rewrite import CHECKS_VERSION
-from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from pipeline.runs import materialize
+from resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from tests.assets.test_curation import judged
 from validators.tables import frame_from_records, read_table, write_table
 

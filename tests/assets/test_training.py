@@ -20,18 +20,18 @@ from transformers import AutoModelForCausalLM
 from upath import UPath
 
 import training.sft
-from assets.evaluation import EVAL_COLUMNS
-from assets.training import ROLLOUT_FIELDS
 from core.folders import RemoteFolder, working_copy
 from curation.manifests import load_manifests
 from curation.splits import first_per_family
-from pipeline.resources import CHECKPOINT_CACHE_FOLDER, CHECKPOINTS_FOLDER, StorageRoot
 from pipeline.runs import materialize
 from pipeline.settings import Settings
-from pipeline.storage import store_table
+from resources import CHECKPOINT_CACHE_FOLDER, CHECKPOINTS_FOLDER, StorageRoot
+from resources.storage import store_table
 from tests.paths import SEEDS
 from tests.services import fresh_database
+from training.difficulty import ROLLOUT_FIELDS
 from training.episodes import EPISODE_FIELDS, EngineTurns
+from training.eval_table import EVAL_COLUMNS
 from validators.environments import END_REASONS
 from validators.registry import Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds
@@ -174,11 +174,15 @@ def test_sft_warms_up_on_its_families_alone_and_skips_a_split_without_them(setti
     assert skipped["skipped_because"] == "no training task of sft_families ['json_extraction']"
 
 
-def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_empty_set(settings, tiny_model_dir):
+def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_skips_an_empty_set(settings, tiny_model_dir):
     tasks = plant_profile_inputs(settings, tiny_model_dir)
     # Every task (the quickstart profiles three per family).
     overrides = profile_overrides(difficulty_max_per_family=None)
-    summary = materialize(settings, "key:difficulty_profile or key:grpo_checkpoint", resources=overrides)
+    for name in ("eval_tasks", "failure_eval"):  # the budget's inputs; no gate sample is drawn without a run
+        write_table(frame_from_records([], list(TASK_FIELDS)), settings.home / f"{name}.parquet")
+    budgets = "key:training_budget or key:budget_calibration"
+    summary = materialize(settings, f"key:difficulty_profile or key:grpo_checkpoint or {budgets}", resources=overrides)
+    assert summary.success, summary.failures  # nothing for GRPO to learn from is no failure (below)
     profile = read_table(settings.home / "difficulty_profile.parquet")
     assert profile["task_id"].tolist() == [t["task_id"] for t in tasks]
     # A random policy with 4 new tokens solves nothing: every task is never solved, none carries GRPO signal.
@@ -190,8 +194,14 @@ def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_refuses_an_
     assert all(set(r) == set(ROLLOUT_FIELDS) and not r["passed"] for rows in profile["rollouts"] for r in rows)
     metadata = summary.assets[0].metadata
     assert metadata["in_grpo_set"] == 0 and metadata["solved_of_k"].startswith("![")
-    assert not summary.success
-    assert "no training task is left for GRPO" in summary.failures[0]
+    # Nothing for GRPO to learn from: it passes the starting policy on untrained, saying why.
+    metadata = {a.key: a.metadata for a in summary.assets}
+    reason = metadata["grpo_checkpoint"]["skipped_because"]
+    assert reason.endswith("difficulty_profile kept none of 6 (never_solved: 6)")
+    # No run to price and none to compare with: the training job still succeeds, and both budget assets say why.
+    assert metadata["training_budget"]["skipped_because"] == reason
+    calibration = metadata["budget_calibration"]
+    assert (calibration["comparable"], calibration["skipped_because"]) == (False, reason)
 
 
 def test_difficulty_profile_scores_episode_tasks_by_the_episodes_the_policy_played(settings, tiny_model_dir):
@@ -226,6 +236,36 @@ def test_difficulty_profile_scores_episode_tasks_by_the_episodes_the_policy_play
 
 
 SAMPLING = "max_new_tokens=4, temperature=0.7, max_turns=4"  # as profile_overrides() plays in the quickstart
+
+
+def test_grpo_trains_on_the_grpo_set_alone_and_passes_the_policy_on_without_one(settings, tiny_model_dir):
+    tasks = plant_profile_inputs(settings, tiny_model_dir)  # the starting policy: the tiny model, as SFT left it
+    write_table(frame_from_records(tasks[:1], TASK_FIELDS), settings.home / "eval_tasks.parquet")
+    write_table(frame_from_records([], TASK_FIELDS), settings.home / "failure_eval.parquet")
+    grpo = {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 8}
+    resources = {"training": {"grpo": grpo}, "gate": {"samples": 1, "max_new_tokens": 4}}
+
+    def train(learnable: int) -> tuple[dict, dict]:
+        labels = ["learnable"] * learnable + ["never_solved"] * (len(tasks) - learnable)
+        profile = pd.DataFrame({"task_id": [t["task_id"] for t in tasks], "label": labels})
+        in_grpo_set = profile["label"] == "learnable"
+        write_table(profile.assign(in_grpo_set=in_grpo_set), settings.home / "difficulty_profile.parquet")
+        summary = materialize(settings, "key:grpo_checkpoint or key:checkpoint_eval", resources=resources)
+        assert summary.success, summary.failures
+        metadata = {a.key: a.metadata for a in summary.assets}
+        return metadata["grpo_checkpoint"], metadata["checkpoint_eval"]
+
+    trained, evaluated = train(learnable=2)
+    assert trained["train_rows"] == 2 and evaluated["candidate_model"] == trained["checkpoint"] != str(tiny_model_dir)
+    # No task in the GRPO set (a night whose profile finds none): no GRPO run, and the gate weighs the starting policy.
+    skipped, evaluated = train(learnable=0)
+    assert not skipped["trained"] and skipped["checkpoint"] == evaluated["candidate_model"] == str(tiny_model_dir)
+    assert skipped["skipped_because"] == (
+        "no training task is in the GRPO set: difficulty_profile kept none of 6 (never_solved: 6)"
+    )
+    row = read_table(settings.home / "grpo_checkpoint.parquet").iloc[0]
+    assert (row["stage"], row["trained"], row["start_model"]) == ("grpo", False, str(tiny_model_dir))
+    assert len(row["task_ids"]) == 0  # trained on no task
 
 
 @pytest.mark.parametrize(

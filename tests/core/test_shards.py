@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from core.shards import ShardConfigError, plan_shards, shard_count, shard_of
+from core.shards import CacheTotals, ShardConfigError, cache_totals, plan_shards, shard_count, shard_of
 from validators.tasks import compute_task_id
 
 
@@ -58,3 +58,21 @@ def test_an_impossible_shard_count_names_the_setting_and_the_fix(value):
         shard_count(value, "judge_shards")
     with pytest.raises(ShardConfigError, match=rf"shards must be .* got {value!r}"):
         plan_shards(["a"], value)
+
+
+def step(records: int, hits: int, rebuilt: bool, seconds: float) -> dict:
+    return {"shard": 0, "tasks": records, "cache_hits": hits, "cache_rebuilt": rebuilt, "seconds": seconds}
+
+
+@pytest.mark.parametrize(
+    ("steps", "totals"),
+    [
+        # No step ran (every hash range empty): nothing given, nothing reused, nothing rebuilt.
+        ([], CacheTotals(records=0, hits=0, rebuilt=False, seconds=0.0)),
+        # One step that rebuilt the cache makes the stage's cache rebuilt; seconds add up to the millisecond.
+        ([step(3, 3, False, 0.1004), step(5, 1, True, 0.2)], CacheTotals(8, hits=4, rebuilt=True, seconds=0.3)),
+    ],
+)
+def test_cache_totals_add_up_the_steps(steps, totals):
+    assert cache_totals(steps, "tasks") == totals
+    assert totals.misses == totals.records - totals.hits

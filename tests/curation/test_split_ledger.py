@@ -2,6 +2,7 @@
 in files and in PostgreSQL (`state_store`), also with processes writing at once or killed mid-write."""
 
 import json
+import logging
 import subprocess
 import sys
 
@@ -70,8 +71,37 @@ def test_a_new_salt_in_the_config_is_noted_not_applied(tmp_path, state_store):
     entry = ledger.assign(seeds("a", 12), SplitConfig(salt="another"), run_id="run-2")
     assert "resplit" in entry.notes[0]
     assert ledger.plans()[-1]["salt"] == CONFIG.salt
-    expected = plan_splits(seeds("a", 12), CONFIG, previous=ledger.state(1).sides).sides
-    assert entry.state.sides == expected
+    # The ten roots of run 1 keep their sides; the two new ones hash with the recorded salt, where the new salt
+    # would send each to the other side.
+    assert {r: s for r, s in entry.state.sides.items() if r in ledger.state(1).sides} == ledger.state(1).sides
+    assert entry.new_roots == ["a10", "a11"] and not entry.plan.guaranteed
+    for root in entry.new_roots:
+        by_recorded, by_new = (root_hash(root, salt) < CONFIG.eval_fraction for salt in (CONFIG.salt, "another"))
+        assert by_recorded != by_new
+        assert entry.state.sides[root] == (EVAL if by_recorded else TRAIN)
+
+
+def test_an_entry_gives_its_numbers_and_its_log_lines(tmp_path):
+    ledger = SplitLedger(tmp_path)
+    ledger.assign(seeds("a", 10), CONFIG, run_id="run-1")
+    failure = task("t-fail", failure_id="fail-x")
+    entry = ledger.assign(
+        [*seeds("a", 12), failure], SplitConfig(salt="another"), run_id="run-2", follows={"fail-x": "a0"}
+    )
+    assert entry.as_metadata() == {
+        "split_plan": 2,
+        "split_epoch": 0,
+        "split_plan_id": entry.state.plan_id,
+        "new_roots": 3,  # a10, a11 and the failure
+        "followed_roots": 1,
+        "ledger_roots": 13,
+    }
+    # The notes are warnings; a root that took another's side is news, not a problem.
+    assert entry.log_lines() == [
+        (logging.WARNING, f"split: {entry.notes[0]}"),
+        (logging.INFO, "split: failure root fail-x near-copies a task of a0: it takes its side"),
+    ]
+    assert len(entry.notes) == 1 and "resplit" in entry.notes[0]
 
 
 def test_a_resplit_is_a_new_epoch_keeps_trained_roots_in_train_and_history(tmp_path, state_store):

@@ -12,6 +12,8 @@ from curation.splits import (
     SplitConfig,
     SplitConfigError,
     assign_splits,
+    failure_count,
+    failure_tasks,
     hash_sample,
     lineage_leaks,
     plan_splits,
@@ -254,14 +256,21 @@ def stratified_corpus():
 def test_every_stratum_gets_both_sides(config):
     tasks = stratified_corpus()
     plan = plan_splits(tasks, config)
-    assert sum(row["roots"] for row in plan.summary) == len(tasks)
-    for row in plan.summary:
-        if row["roots"] >= config.min_eval_per_stratum + config.min_train_per_stratum:
-            assert row["eval_roots"] >= config.min_eval_per_stratum, row
-            assert row["train_roots"] >= config.min_train_per_stratum, row
-        assert row["train_roots"] + row["eval_roots"] == row["roots"]
-        # Seeds only here: one task per root.
-        assert (row["train_tasks"], row["eval_tasks"]) == (row["train_roots"], row["eval_roots"])
+    # Recounted from the sides themselves (seeds only here: one task per root), not read from the plan's summary.
+    counts: dict[tuple, Counter] = {}
+    for t, side in zip(tasks, plan.splits, strict=True):
+        counts.setdefault(tuple(t[f] for f in config.stratify_by), Counter())[side] += 1
+    for stratum, sides in counts.items():
+        if sides.total() >= config.min_eval_per_stratum + config.min_train_per_stratum:
+            assert sides[EVAL] >= config.min_eval_per_stratum, stratum
+            assert sides[TRAIN] >= config.min_train_per_stratum, stratum
+    # The summary reports those counts.
+    summarized = {tuple(row[f] for f in config.stratify_by): row for row in plan.summary}
+    assert summarized.keys() == counts.keys()
+    for stratum, row in summarized.items():
+        n_eval, n_train = counts[stratum][EVAL], counts[stratum][TRAIN]
+        assert (row["roots"], row["eval_roots"], row["train_roots"]) == (n_eval + n_train, n_eval, n_train)
+        assert (row["eval_tasks"], row["train_tasks"]) == (n_eval, n_train)
 
 
 def test_summary_counts_tasks_and_roots_per_stratum():
@@ -434,3 +443,30 @@ def test_a_hash_sample_is_uniform_and_keeps_its_tasks_as_the_set_grows():
     kept = {tasks[i]["task_id"] for i in chosen} & {grown[i]["task_id"] for i in hash_sample(grown, 400, "gate")}
     assert len(kept) >= 330
     assert hash_sample(tasks, None, "gate") == list(range(2000)) and hash_sample(tasks, 0, "gate") == []
+
+
+def test_a_plans_sides_as_tables_and_the_production_failures_among_them():
+    # A seed with a variant (two tasks, one root), more seeds, and two production failures, one with a variant.
+    tasks = [
+        *seeds("s", 8),
+        task("v", seed_id="s0"),
+        task("f1", failure_id="failure-1"),
+        task("f1v", failure_id="failure-1"),
+        task("f2", failure_id="failure-2"),
+    ]
+    plan = plan_splits(tasks, SplitConfig(salt="t", failure_eval_fraction=0.5))
+    frame = frame_from_records(tasks).set_axis(range(100, 100 + len(tasks)))  # a filtered table's labels
+    parts = plan.side_tasks(frame)
+    assert list(parts) == [TRAIN, EVAL]
+    for side, part in parts.items():
+        assert list(part["task_id"]) == [t["task_id"] for t, s in zip(tasks, plan.splits, strict=True) if s == side]
+        assert list(part.index) == list(range(len(part)))  # numbered from 0
+        assert plan.root_count(side) == sum(s == side for s in plan.sides.values())
+    assert plan.root_count(TRAIN) + plan.root_count(EVAL) == len(tasks) - 2  # v and f1v share their roots
+    failures = failure_tasks(frame)
+    assert list(failures["task_id"]) == ["f1", "f1v", "f2"] and list(failures.index) == [0, 1, 2]
+    assert failure_count(failures) == 2  # a failure's variants count once
+    assert failure_tasks(frame.iloc[:8]).empty
+    # An empty side (no eval task this night) has no failures, and keeps its columns for failure_eval.
+    empty = failure_tasks(frame.iloc[:0])
+    assert empty.empty and list(empty.columns) == list(frame.columns) and failure_count(empty) == 0

@@ -1,10 +1,21 @@
-"""Stored failure records to tasks and review items: one task per task_id, review items kept in order."""
+"""Stored failure records to tasks and review items: one task per task_id, review items kept in order; the tables
+a log stores."""
 
 import json
 
 import pytest
 
-from failures import UnredactedRecordError, derive_failure_tasks, parse_failure_log, redact
+from failures import (
+    RECORD_FIELDS,
+    UnredactedRecordError,
+    derive_failure_tasks,
+    log_tables,
+    parse_failure_log,
+    process_failure_log,
+    redact,
+)
+from failures.batch import REJECT_COLUMNS
+from failures.traffic import TRAFFIC_COLUMNS
 
 QUESTION = {"role": "user", "content": "What is 17 * 3?"}
 
@@ -49,3 +60,25 @@ def test_an_unredacted_record_is_refused():
     (parsed,) = parse_failure_log([json.dumps({"messages": [QUESTION], "output": "5"})], "log.jsonl").records
     with pytest.raises(UnredactedRecordError):
         derive_failure_tasks([parsed])
+
+
+def test_log_tables_store_the_failures_every_interaction_and_the_rejects():
+    lines = [
+        json.dumps({"messages": [QUESTION], "output": "#### 50", "model": "v1", "outcome": outcome})
+        for outcome in ("failed", "passed", "unknown")
+    ]
+    tables = log_tables(process_failure_log([*lines, "{not json"], "n1.jsonl"), "n1.jsonl")
+    assert list(tables.failures.columns) == [*RECORD_FIELDS, "redaction"]
+    assert tables.failures["outcome"].tolist() == ["failed"]  # a success or an unknown is traffic only
+    assert list(tables.traffic.columns) == list(TRAFFIC_COLUMNS)
+    assert tables.traffic["outcome"].tolist() == ["failed", "passed", "unknown"]
+    assert set(tables.traffic["log"]) == {"n1.jsonl"}
+    assert tables.rejects[["line", "reason_code"]].values.tolist() == [[4, "invalid_json"]]
+
+
+def test_log_tables_of_an_empty_log_keep_their_columns():
+    tables = log_tables(process_failure_log([], "empty.jsonl"), "empty.jsonl")
+    assert list(tables.failures.columns) == [*RECORD_FIELDS, "redaction"]
+    assert list(tables.traffic.columns) == list(TRAFFIC_COLUMNS)
+    assert list(tables.rejects.columns) == list(REJECT_COLUMNS)
+    assert (len(tables.failures), len(tables.traffic), len(tables.rejects)) == (0, 0, 0)

@@ -53,12 +53,13 @@ NATIVE_FIELDS = {
 
 def test_example_exercises_every_field_and_both_transcript_shapes():
     text = EXAMPLE.read_text(encoding="utf-8")
-    lines = []
+    lines, malformed = [], 0
     for line in text.splitlines():
         try:
             lines.append(json.loads(line))
         except json.JSONDecodeError:
-            continue  # the one malformed line
+            malformed += 1
+    assert malformed == 1  # the example's one planted malformed line, no more
     used = set().union(*(line.keys() for line in lines))
     assert used >= NATIVE_FIELDS | {"request", "response"}
     expected_fields = set().union(*(line.get("expected", {}).keys() for line in lines))

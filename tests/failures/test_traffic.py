@@ -3,7 +3,7 @@
 import pytest
 
 from failures import process_failure_log
-from failures.traffic import ALL, TRAFFIC_COLUMNS, rate_table, traffic_rows, wilson_interval
+from failures.traffic import ALL, TRAFFIC_COLUMNS, RateReport, rate_report, rate_table, traffic_rows, wilson_interval
 
 USER = {"role": "user", "content": "What is 7 * 6?"}
 
@@ -75,3 +75,23 @@ def test_rate_table_counts_per_night_model_and_family_and_leaves_unknowns_out_of
 def test_a_night_where_nothing_is_known_has_no_rate():
     night, *_ = rate_table(rows_of("a.jsonl", "v1", ["unknown", "unknown"]))
     assert night["failure_rate"] is None and (night["failure_rate_low"], night["failure_rate_high"]) == (0.0, 1.0)
+
+
+def test_rate_report_splits_every_night_from_each_night_and_leaves_gaps_in_the_series():
+    rows = [
+        *rows_of("a.jsonl", "v1", ["failed", "passed"], "2026-12-01T00:00:00Z"),
+        *rows_of("b.jsonl", "v2", ["failed", "passed", "passed", "passed"], "2026-12-02T00:00:00Z"),
+        *rows_of("b.jsonl", "v1", ["unknown"], "2026-12-02T00:00:00Z", family="tool_call"),
+    ]
+    report = rate_report(rate_table(rows))
+    assert report.nights == [1, 2]
+    assert [(r["night"], r["model"]) for r in report.per_night] == [(1, "v1"), (2, "v1"), (2, "v2")]
+    assert all(r["family"] == ALL for r in [*report.per_night, *report.per_model])  # families stay in the table
+    assert [(r["model"], r["served"]) for r in report.per_model] == [("v1", 3), ("v2", 4)]
+    low, high = wilson_interval(1, 2)
+    # v1's second night knows no outcome, v2 served nothing the first: no point either way, not a zero.
+    assert report.series == {"v1": [(0.5, low, high), None], "v2": [None, (0.25, *wilson_interval(1, 4))]}
+
+
+def test_rate_report_of_no_traffic_is_empty():
+    assert rate_report([]) == RateReport(per_model=[], per_night=[], nights=[], series={})

@@ -1,9 +1,12 @@
-"""The judge's label columns of a task table: every task gets a row, judged or not."""
+"""The judge's label columns of a task table: every non-duplicate task gets a row, judged or not, and the verdict
+on the judge."""
 
+import pandas as pd
 import pytest
 
 from judge import Judgment
-from judge.labels import LABEL_COLUMNS, NOT_JUDGED, label_rows
+from judge.labels import LABEL_COLUMNS, NOT_JUDGED, calibration_verdict, label_rows, label_table, tasks_to_label
+from validators.tasks import TASK_FIELDS
 
 
 def judgment(task_id: str, *, accepted: bool | None, rationale: str | None = "why", raw: str | None = "raw", sample=0):
@@ -68,3 +71,38 @@ def test_one_row_per_task_in_task_order_whatever_was_judged():
     judged = [judgment("b", accepted=True), judgment("zz", accepted=True)]  # "zz" is no task here: ignored
     rows = label_rows(["a", "b", "c"], judged)
     assert [r["judge_verdict"] for r in rows] == [NOT_JUDGED, "accept", NOT_JUDGED]
+
+
+def tasks_table(*task_ids: str, duplicates: tuple[str, ...] = ()) -> pd.DataFrame:
+    rows = [{**{f: None for f in TASK_FIELDS}, "task_id": t, "family": "sql"} for t in task_ids]
+    return pd.DataFrame(rows).assign(is_duplicate=[t in duplicates for t in task_ids], cluster_id="c")
+
+
+def test_the_judge_labels_the_non_duplicates_in_input_order():
+    kept = tasks_to_label(tasks_table("a", "b", "c", duplicates=("b",)))
+    assert kept["task_id"].tolist() == ["a", "c"] and kept.index.tolist() == [0, 1]
+    assert list(kept.columns) == list(TASK_FIELDS)  # the dedup labels are not carried
+
+
+@pytest.mark.parametrize(
+    ("calibration", "calibrated"),
+    [
+        # Every audit item's run passed: the judge is calibrated.
+        (pd.DataFrame({"calibration_passed": [True, True]}), True),
+        # One failed item fails the judge.
+        (pd.DataFrame({"calibration_passed": [True, False]}), False),
+        # No calibration rows: nothing says the judge is fit.
+        (pd.DataFrame({"calibration_passed": pd.Series([], dtype=bool)}), False),
+        # A table from before the verdict was kept: an unknown judge, whose labels are not used.
+        (pd.DataFrame({"task_id": ["t1"]}), False),
+    ],
+)
+def test_calibration_verdict(calibration, calibrated):
+    assert calibration_verdict(calibration) is calibrated
+
+
+def test_the_label_table_puts_a_label_row_beside_each_task():
+    labelled = label_table(tasks_to_label(tasks_table("a", "b")), [judgment("b", accepted=True)], calibrated=False)
+    assert list(labelled.columns) == [*TASK_FIELDS, *LABEL_COLUMNS, "judge_calibrated"]
+    assert labelled["judge_verdict"].tolist() == [NOT_JUDGED, "accept"]
+    assert labelled["judge_calibrated"].tolist() == [False, False]

@@ -1,6 +1,18 @@
-"""Report helpers: score counts per criterion, lowest score per family, worst-scored order."""
+"""Report helpers: score counts per criterion, lowest score per family, worst-scored order, and the same read from
+a labelled task table."""
 
-from judge import DEFAULT_RUBRIC, Judgment, accept_rate, lowest_score_counts, score_counts, worst_scored
+import pandas as pd
+
+from judge import (
+    DEFAULT_RUBRIC,
+    Judgment,
+    accept_rate,
+    lowest_score_counts,
+    score_counts,
+    verdicts_by_family,
+    worst_labelled,
+    worst_scored,
+)
 
 
 def judgment(task_id: str, scores: dict[str, int] | None, accepted: bool | None = True) -> Judgment:
@@ -60,3 +72,29 @@ def test_worst_scored_are_the_lowest_totals_first():
 def test_accept_rate_counts_judge_errors_as_not_accepted():
     assert accept_rate(JUDGMENTS) == 0.5
     assert accept_rate([]) == 0.0
+
+
+LABELLED = pd.DataFrame(
+    {
+        "task_id": ["a", "b", "c", "d", "e"],
+        "family": ["sql", "arithmetic", "arithmetic", "arithmetic", "sql"],
+        "judge_verdict": ["accept", "reject", "judge_error", "accept", "not_judged"],
+        "judge_scores": [scored(5, 5, 5, 5), scored(4, 5, 2, 5), None, scored(3, 4, 4, 4), None],
+    }
+)
+
+
+def test_verdicts_by_family_count_each_verdict_that_occurs():
+    table = verdicts_by_family(LABELLED)
+    assert list(table.columns) == ["family", "accept", "judge_error", "not_judged", "reject"]
+    assert table.to_dict(orient="records") == [
+        {"family": "arithmetic", "accept": 1, "judge_error": 1, "not_judged": 0, "reject": 1},
+        {"family": "sql", "accept": 1, "judge_error": 0, "not_judged": 1, "reject": 0},
+    ]
+
+
+def test_worst_labelled_are_the_lowest_totals_first_without_the_unscored():
+    # d totals 15, b 16, a 20; c (a judge error) and e (not judged) have no scores.
+    worst = worst_labelled(LABELLED, 2)
+    assert (worst["task_id"].tolist(), worst["total"].tolist()) == (["d", "b"], [15, 16])
+    assert worst_labelled(LABELLED, 10)["task_id"].tolist() == ["d", "b", "a"]

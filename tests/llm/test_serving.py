@@ -19,6 +19,7 @@ import pytest
 from core.signals import dispositions_kept
 from llm import serving
 from llm.serving import MissingServingDependencyError, ModelServer, ModelServerError, group_alive
+from tests.tiers import skip_for_accelerator
 
 STAND_IN = r"""
 import http.server, signal, subprocess, sys, time
@@ -262,7 +263,7 @@ def test_vllm_command_is_built_and_start_names_the_gpu_extra(tmp_path: Path) -> 
     assert server.command()[3:] == ["serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "127.0.0.1", "--port", "8000"]
     assert server.model == "Qwen/Qwen2.5-0.5B-Instruct"  # a model id is served under its own name
     if _installed("vllm"):
-        pytest.skip("vLLM is installed here; the missing-extra message cannot be shown")
+        skip_for_accelerator("vLLM is installed here; the missing-extra message cannot be shown")
     with pytest.raises(MissingServingDependencyError, match=r"seedwheel\[gpu\]"):
         server.start()
     assert server.pid is None

@@ -6,8 +6,8 @@ from curation.manifests import CheckpointManifest, write_manifest
 from curation.split_ledger import SplitLedger
 from curation.splits import TRAIN, task_roots
 from pipeline.cli import main
-from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from pipeline.runs import materialize
+from resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from tests.assets.test_curation import judged
 from tests.assets.test_splits import sides_now
 from validators.tables import frame_from_records, read_table, write_table

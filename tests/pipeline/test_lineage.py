@@ -9,7 +9,7 @@ from curation.split_ledger import SplitLedger
 from curation.splits import EVAL, TRAIN, SplitConfig, plan_splits
 from generators.base import derive_task
 from pipeline.cli import main
-from pipeline.resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
+from resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from validators.seeds import load_seeds
 from validators.tables import frame_from_records, write_table
 from validators.tasks import TASK_FIELDS, compute_task_id

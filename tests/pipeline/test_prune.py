@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from core.folders import RemoteFolder, working_copy
 from pipeline.cli import main
-from pipeline.resources import StorageRoot
+from resources import StorageRoot
 
 DAY = 86_400.0
 

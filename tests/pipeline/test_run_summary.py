@@ -1,13 +1,15 @@
-"""A run reads back from the Dagster instance as it ran (`run_summary`): what CI's graph test reads after
-`make quickstart`."""
+"""A run reads back from the Dagster instance as it ran (`run_summary`): what `seedwheel report` prints and CI's
+graph test reads after `make quickstart`."""
 
 import shutil
 import signal
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from core.signals import dispositions_kept
+from pipeline.cli import main
 from pipeline.runs import RunRequestError, materialize, run_summary
 from tests.core.test_signals import ignores_sigterm, started_child, stop
 from tests.paths import REPO
@@ -39,6 +41,22 @@ def test_no_run_is_a_clear_error(settings):
     with pytest.raises(RunRequestError, match="no run of the asset graph in the Dagster instance") as error:
         run_summary(settings)
     assert "run `seedwheel run` first" in str(error.value)
+    printed = CliRunner().invoke(main, ["report"], env=settings.environ())
+    assert printed.exit_code == 1 and "no run of the asset graph" in printed.output
+    assert "Traceback" not in printed.output
+
+
+def test_report_prints_the_last_run_as_seedwheel_run_did(settings):
+    ran = materialize(settings, "seed_tasks")
+    printed = CliRunner().invoke(main, ["report", "--home", str(settings.home)], env=settings.environ())
+    assert printed.exit_code == 0, printed.output
+    lines = printed.output.splitlines()
+    assert f"run {ran.run_id}: succeeded" in lines
+    seed_rows = next(a.rows for a in ran.assets if a.key == "seed_tasks")
+    assert any(line.split()[:2] == ["seed_tasks", str(seed_rows)] for line in lines)
+    assert any(line.startswith("check ") and line.endswith(": passed") for line in lines)
+    missing = CliRunner().invoke(main, ["report", "no-such-run"], env=settings.environ())
+    assert missing.exit_code == 1 and "no run no-such-run" in missing.output
 
 
 def test_a_run_started_in_the_background_leaves_sigterm_working_for_what_starts_after_it(settings):

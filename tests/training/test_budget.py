@@ -16,6 +16,7 @@ from training.budget import (
     Throughput,
     Workload,
     calibrate,
+    calibrate_plan,
     detectable_difference,
     eval_tasks_needed,
     load_throughputs,
@@ -23,9 +24,10 @@ from training.budget import (
     measured_run,
     parse_model_size,
     plan_budget,
+    plan_row,
     throughput_for,
 )
-from training.grpo import prompt_token_counts
+from training.promotion import PromotionPolicy
 from training.stats import bootstrap_ci
 
 # A planted device: 100 generated and 200 trained tokens/s, fp32, 1 GiB, for a model of one million parameters.
@@ -158,7 +160,9 @@ def test_measure_workload_reads_the_grpo_set_with_the_policys_tokenizer(tiny_mod
         {"task_id": "c", "solved": None, "samples": 0, "label": "not_profiled", "in_grpo_set": True, "rollouts": None},
     ]  # fmt: skip
     workload = measure_workload(tasks, profile, tokenizer)
-    assert workload.prompt_tokens == prompt_token_counts([tasks[0]["prompt"], tasks[2]["prompt"]], tokenizer)
+    # The prompts as the trainer sees them: the chat template with the generation prompt, in tokens.
+    templated = [tokenizer.apply_chat_template(tasks[i]["prompt"], add_generation_prompt=True) for i in (0, 2)]
+    assert workload.prompt_tokens == [len(t["input_ids"]) for t in templated] and min(workload.prompt_tokens) > 10
     lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in ("4", "four and more")]
     assert workload.completion_lengths == lengths  # only the GRPO set's samples
     assert (workload.pass_rates, workload.unprofiled) == ([0.5], 1)
@@ -226,3 +230,75 @@ def test_calibration_compares_the_plan_with_the_trainers_log():
     assert ratios["completion_length_ratio"] == pytest.approx(42 / 42)
     assert calibrate(budget.as_metadata(), MeasuredRun(2, 40.0)).keys() == {"wall_time_ratio"}
     assert measured_run(2, 40.0, [{"step": 1, "loss": 0.1}]) == MeasuredRun(2, 40.0)  # nothing logged to compare
+
+
+def test_a_plan_row_holds_what_the_calibration_compares():
+    budget = plan()
+    row = plan_row(budget, model="m", device="H100", grpo={"num_generations": 4})
+    assert row == {**budget.as_metadata(), "model": "m", "device": "H100", "grpo": {"num_generations": 4},
+                   "advice": budget.advice}  # fmt: skip
+    gate = GateSettings.from_policy(PromotionPolicy(min_improvement=0.02, min_tasks=30), 40, 4)
+    assert gate == GateSettings(eval_tasks=40, samples=4, min_improvement=0.02, min_tasks=30)
+
+
+# The plan of `plan()` as `training_budget` stores it: 4 steps of 8.24 s over 4 prompts.
+PLANNED = plan_row(plan(), model="m", device="planted", grpo={"num_generations": 4, "max_steps": 4})
+RUN = {"config": {"grpo": {"num_generations": 4, "max_steps": 4}}, "task_ids": list("abcd"), "steps": 4}
+
+
+@pytest.mark.parametrize(
+    ("run", "resumed", "problems", "within"),
+    [
+        # The run the plan priced, 25% slower than planned: compared, within 2x.
+        ({**RUN, "train_seconds": 41.2}, "", [], True),
+        # Exactly 2x slower or faster is still within; more is not.
+        ({**RUN, "train_seconds": 2 * PLANNED["predicted_wall_seconds"]}, "", [], True),
+        ({**RUN, "train_seconds": PLANNED["predicted_wall_seconds"] / 2}, "", [], True),
+        ({**RUN, "train_seconds": 66.0}, "", [], False),
+        ({**RUN, "train_seconds": 16.0}, "", [], False),
+        # Other settings, other tasks or a resumed run: not the run planned, no ratios, never within.
+        (
+            {**RUN, "config": {"grpo": {"num_generations": 8, "max_steps": 4}}, "train_seconds": 33.0},
+            "",
+            ["the run's GRPO settings differ from the plan's"],
+            False,
+        ),
+        (
+            {**RUN, "task_ids": ["a"], "train_seconds": 33.0},
+            "",
+            ["the run trained 1 tasks, the plan counted 4"],
+            False,
+        ),
+        (
+            {**RUN, "train_seconds": 33.0},
+            "ckpt-2",
+            ["the run resumed from ckpt-2: its wall time covers part of it"],
+            False,
+        ),
+    ],
+)
+def test_calibrate_plan_compares_only_the_run_planned(run, resumed, problems, within):
+    calibration = calibrate_plan(PLANNED, run, resumed=resumed)
+    assert calibration.problems == problems and calibration.comparable == (not problems)
+    assert calibration.within_tolerance == within
+    assert calibration.measured == MeasuredRun(4, run["train_seconds"])  # the row's own, nothing logged
+    assert (calibration.ratios == {}) == bool(problems)
+    assert calibration.predicted_seconds_for_measured_steps == pytest.approx(32.96)
+    assert calibration.as_row() == {"comparable": not problems, "within_tolerance": within, **calibration.ratios,
+                                    "problems": problems}  # fmt: skip
+
+
+def test_calibrate_plan_prefers_what_the_trainer_logged():
+    logged = {
+        "steps": 2,
+        "train_seconds": 40.0,
+        "tokens": 1952.0,
+        "mean_completion_tokens": 42.0,
+        "step_seconds": 16.48,
+    }
+    calibration = calibrate_plan(PLANNED, {**RUN, "train_seconds": 99.0}, logged=logged)
+    assert calibration.measured == MeasuredRun(**logged)
+    assert calibration.ratios == pytest.approx(
+        {"wall_time_ratio": 1.0, "tokens_ratio": 1.0, "completion_length_ratio": 1.0}
+    )
+    assert calibration.predicted_seconds_for_measured_steps == pytest.approx(32.96 / 2)  # the plan at the run's steps

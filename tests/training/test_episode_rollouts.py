@@ -87,8 +87,8 @@ def turn_ids(tokenizer: Any, text: str) -> list[int]:
 
 
 class Scripted:
-    """The trainer's one-turn generation replaced by fixed turns per prompt (each prompt once in the batch): its
-    n-th call for a conversation gives `plays[prompt][n]` (the last entry again once the list runs out)."""
+    """A `TurnSampler` of fixed turns per prompt (each prompt once in the batch): its n-th call for a conversation
+    gives `plays[prompt][n]` (the last entry again once the list runs out)."""
 
     def __init__(self, tokenizer: Any, prompts: Sequence[Sequence[Mapping[str, Any]]], plays: Sequence[list[str]]):
         self.tokenizer = tokenizer
@@ -99,8 +99,7 @@ class Scripted:
         self.taken = dict.fromkeys(self.turns, 0)
         self.rounds: list[int] = []
 
-    def __call__(self, prompt_ids: list[list[int]], images: Any, fields: Any, num_generations: int) -> Any:
-        assert num_generations == 1  # each conversation has its own history from the first turn on
+    def __call__(self, trainer: Any, prompt_ids: list[list[int]]) -> Any:
         self.rounds.append(len(prompt_ids))
         out = []
         for ids in prompt_ids:
@@ -130,7 +129,7 @@ def trainer(tmp_path: Path, shop_model_dir: Path, shop_tasks: list[dict[str, Any
 
 
 def test_an_episode_interleaves_sampled_turns_with_tool_results_the_loss_ignores(
-    trainer: Any, shop_tasks: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+    trainer: Any, shop_tasks: list[dict[str, Any]]
 ) -> None:
     task, claim, single = shop_tasks[0], shop_tasks[1], arithmetic(3)
     prompts = [task["prompt"], claim["prompt"], single["prompt"]]
@@ -138,8 +137,7 @@ def test_an_episode_interleaves_sampled_turns_with_tool_results_the_loss_ignores
     # arithmetic task answers once.
     plays = [reference_script(task), ["Done, refunded!"], ["#### 6"]]
     script = Scripted(trainer.processing_class, prompts, plays)
-    monkeypatch.setattr(trainer, "_generate_single_turn", script)
-    rollouts = trainer.rollout_func
+    rollouts = EpisodeRollouts(trainer.train_dataset.to_list(), sample_turns=script)
     out = rollouts(prompts, trainer)
 
     tokenizer = trainer.processing_class
@@ -179,10 +177,10 @@ def test_an_episode_that_reaches_the_token_limit_ends_length(
     monkeypatch.setattr(trainer, "max_completion_length", 40)
     lookup = reference_script(task)[0]
     script = Scripted(trainer.processing_class, [task["prompt"]], [[lookup]])  # the same call, turn after turn
-    monkeypatch.setattr(trainer, "_generate_single_turn", script)
-    out = trainer.rollout_func([task["prompt"]], trainer)
+    rollouts = EpisodeRollouts(trainer.train_dataset.to_list(), sample_turns=script)
+    out = rollouts([task["prompt"]], trainer)
     assert len(out["completion_ids"][0]) <= 40
-    assert trainer.rollout_func.end_reasons == {LENGTH: 1}
+    assert rollouts.end_reasons == {LENGTH: 1}
     assert out[EPISODE_COLUMN][0].count("<tool_call>") == len(script.rounds) >= 1
 
 
@@ -197,14 +195,14 @@ def test_hostile_turns_end_their_episodes_and_touch_nothing(
     ]
     tokenizer = trainer.processing_class
 
-    def generate(prompt_ids: list[list[int]], *args: Any, **kwargs: Any) -> Any:
+    def generate(trainer: Any, prompt_ids: list[list[int]]) -> Any:
         # Row i writes hostile[i] (the rows share a prompt, so they are told apart by their place in the batch).
         return [turn_ids(tokenizer, text) for text in hostile], None
 
-    monkeypatch.setattr(trainer, "_generate_single_turn", generate)
+    rollouts = EpisodeRollouts(trainer.train_dataset.to_list(), sample_turns=generate)
     monkeypatch.setattr(trainer, "max_completion_length", 40_000)  # room for the oversized call
-    out = trainer.rollout_func([task["prompt"]] * 3, trainer)
-    assert trainer.rollout_func.end_reasons == {"invalid_call": 3}
+    out = rollouts([task["prompt"]] * 3, trainer)
+    assert rollouts.end_reasons == {"invalid_call": 3}
     for ids, mask, episode in zip(out["completion_ids"], out["env_mask"], out[EPISODE_COLUMN], strict=True):
         assert mask == [1] * len(ids)  # nothing is appended once an episode has ended
         assert not verify(task, episode).passed

@@ -14,7 +14,15 @@ from llm.generation import Engine
 from tests.paths import SEEDS
 from tests.training.scripted import Scripted, reference_script, request
 from tests.training.scripted import tool_call as call
-from training.episodes import EPISODE_FIELDS, EngineTurns, assistant_tokens, reference_turns, sample_episodes
+from training.episodes import (
+    EPISODE_FIELDS,
+    EngineTurns,
+    assistant_tokens,
+    episodes_table,
+    pass_rates_by_environment,
+    reference_turns,
+    sample_episodes,
+)
 from training.stats import EvaluationError
 from validators.environments import END_REASONS
 from validators.registry import VerifyContext, verify
@@ -77,6 +85,24 @@ def test_the_seed_references_played_turn_by_turn_end_answered_and_pass(seed_task
     assert policy.batches == sorted(policy.batches, reverse=True)
     assert database.read_bytes() == before
     assert list(private_tmp.iterdir()) == []  # every episode's copy removed
+
+
+def test_the_episodes_table_names_the_policy_each_environment_and_how_they_were_played(seed_tasks):
+    tasks = [t for t in seed_tasks if t["verifier"]["params"]["environment"] == "shop"][:2]
+    rows = [
+        dict.fromkeys(EPISODE_FIELDS) | {"task_id": t["task_id"], "sample": s, "model": "/tmp/copy", "passed": s == 0}
+        for t in tasks
+        for s in (0, 1)
+    ]
+    played = episodes_table(rows, tasks, model="s3://b/sft/final", sampling="max_turns=2")
+    assert played.columns.tolist() == [*EPISODE_FIELDS, "environment", "sampling"]
+    # The policy as the pipeline names it (difficulty_profile compares it), not the local copy that played.
+    assert set(played["model"]) == {"s3://b/sft/final"} and set(played["sampling"]) == {"max_turns=2"}
+    assert played["environment"].tolist() == ["shop"] * 4
+    assert pass_rates_by_environment(played) == [{"environment": "shop", "episodes": 4, "pass_rate": 0.5}]
+    # No episode task among the profiled ones: an empty table with the same columns.
+    nothing = episodes_table([], [], model="s3://b/sft/final", sampling="max_turns=2")
+    assert nothing.columns.tolist() == played.columns.tolist() and pass_rates_by_environment(nothing) == []
 
 
 def test_reference_turns_are_one_call_per_turn_with_its_result_then_the_answer(seed_tasks, seed_context, private_tmp):

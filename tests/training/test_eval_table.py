@@ -1,9 +1,19 @@
-"""The checkpoint evaluation table read back: verdicts per role, the paired comparison, the failure report."""
+"""The checkpoint evaluation table, built from both models' verdicts and read back: verdicts per role, the paired
+comparison, the failure report."""
 
 import pandas as pd
 import pytest
 
-from training.eval_table import failure_report, paired_comparison, role_verdicts
+from training.eval_table import (
+    EVAL_COLUMNS,
+    FAMILY_COLUMNS,
+    eval_table,
+    failure_report,
+    paired_comparison,
+    role_models,
+    role_verdicts,
+)
+from training.evaluation import SampledVerdicts
 from training.stats import EvaluationError
 
 
@@ -89,3 +99,70 @@ def test_failure_report_lists_fixed_and_broken_tasks_sorted():
     baseline = {"f3": [False], "f1": [False], "f2": [True], "f4": [False]}
     report = failure_report(table({"candidate": candidate, "baseline": baseline}, frozenset(candidate)))
     assert (report["fixed"], report["broken"], report["tasks"]) == (["f1", "f3"], ["f2"], 4)
+
+
+def sampled(verdicts: dict[str, list[bool]]) -> SampledVerdicts:
+    """What `play_and_score` returns for task_id -> one verdict per sample (the family is the id's first letter)."""
+    rows = [
+        {"task_id": task_id, "family": task_id[0], "sample": i, "completion": f"#### {i}", "score": float(ok)}
+        | {"passed": ok, "reason": "", "end_reason": None, "turns": None}
+        for task_id, samples in verdicts.items()
+        for i, ok in enumerate(samples)
+    ]
+    return SampledVerdicts(passed=verdicts, families={t: t[0] for t in verdicts}, rows=rows)
+
+
+MODELS = {"baseline": "base-model", "candidate": "ckpt/run-1"}
+
+
+def test_the_eval_table_holds_both_roles_rows_their_reports_and_their_comparison():
+    runs = {
+        "baseline": sampled({"a1": [False, False], "a2": [True, False], "b1": [True, True]}),
+        "candidate": sampled({"a1": [True, True], "a2": [True, False], "b1": [False, True]}),
+    }
+    table = eval_table(runs, MODELS, {"b1", "z9"}, samples=2, seed=0)
+    rows = table.rows
+    assert tuple(rows.columns) == EVAL_COLUMNS and list(rows.index) == list(range(12))
+    # The baseline's rows first, each role's in its sampled order, tagged with the role and its model.
+    assert list(rows["role"]) == ["baseline"] * 6 + ["candidate"] * 6
+    assert list(rows["model"]) == ["base-model"] * 6 + ["ckpt/run-1"] * 6
+    assert list(rows["task_id"][:6]) == ["a1", "a1", "a2", "a2", "b1", "b1"] and list(rows["sample"][:2]) == [0, 1]
+    assert list(rows["failure_eval"]) == [t == "b1" for t in rows["task_id"]]
+    # pass@1 always, and pass@k for the samples drawn; the comparison is the table's own.
+    assert list(table.reports) == ["baseline", "candidate"]
+    assert table.overall() == {
+        "baseline/pass@1": 0.5,
+        "baseline/pass@2": pytest.approx(2 / 3),
+        "candidate/pass@1": pytest.approx(2 / 3),
+        "candidate/pass@2": 1.0,
+    }
+    assert table.comparison == paired_comparison(rows, seed=0)
+    assert table.pass_at_1() == {"baseline": {"a": 0.25, "b": 1.0}, "candidate": {"a": 0.75, "b": 0.5}}
+    by_family = table.by_family()
+    assert [row["family"] for row in by_family] == ["overall", "a", "b"]
+    assert all(list(row) == list(FAMILY_COLUMNS) for row in by_family)
+    assert by_family[2] == {
+        "family": "b",
+        "tasks": 1,
+        "baseline pass@1": str(table.reports["baseline"].families["b"]["pass@1"]),
+        "candidate pass@1": str(table.reports["candidate"].families["b"]["pass@1"]),
+        "difference": table.comparison.families["b"].difference.signed(),
+    }
+    failed = table.candidate_failures()
+    assert list(zip(failed["task_id"], failed["sample"], strict=True)) == [("a2", 1), ("b1", 0)]
+    assert set(failed["role"]) == {"candidate"}
+    assert role_models(rows) == MODELS
+
+
+def test_one_sample_per_task_reports_pass_at_1_only():
+    runs = {role: sampled({"a1": [True]}) for role in MODELS}
+    assert list(eval_table(runs, MODELS, set(), samples=1, seed=0).overall()) == [
+        "baseline/pass@1",
+        "candidate/pass@1",
+    ]
+
+
+def test_role_models_refuse_a_table_without_both_roles():
+    rows = pd.DataFrame({"role": ["candidate"], "model": ["ckpt/run-1"]})
+    with pytest.raises(KeyError):
+        role_models(rows)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.tiers import skip_for_accelerator
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training import grpo_job
 from training.grpo import (
@@ -150,7 +151,7 @@ def test_runtime_defaults_on_a_machine_without_gpu() -> None:
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
+        skip_for_accelerator("this machine has a GPU")
     assert runtime_defaults() == cpu_defaults()
     with pytest.raises(GRPOConfigError, match="colocate, server"):
         runtime_defaults(vllm_mode="remote")

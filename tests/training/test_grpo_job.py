@@ -3,10 +3,21 @@
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from tests.paths import SEEDS
 from training.grpo import GRPOResult
-from training.grpo_job import GRPOJobConfig, GRPOJobConfigError, GRPOJobResult, GRPOJobResultError
+from training.grpo_job import (
+    GRPOJobConfig,
+    GRPOJobConfigError,
+    GRPOJobResult,
+    GRPOJobResultError,
+    job_grpo_settings,
+    write_job,
+)
+from validators.seeds import load_seeds
+from validators.tasks import TASK_FIELDS
 
 RESULT = GRPOJobResult(
     checkpoint_dir="runs/grpo/output/final",
@@ -77,18 +88,33 @@ def test_a_value_of_the_wrong_type_fails_naming_the_key():
 
 
 def test_the_config_the_asset_writes_is_the_config_the_job_reads(tmp_path):
-    config = GRPOJobConfig(
+    tasks = [{k: t[k] for k in TASK_FIELDS} for t in load_seeds([SEEDS / "arithmetic"], root=SEEDS.parent).tasks[:2]]
+    grpo = job_grpo_settings({"max_steps": 2}, {"*": 1.0}, 3)
+    config, path = write_job(tasks, tmp_path, "models/sft", "cpu", grpo)
+    assert config == GRPOJobConfig(
         model_path="models/sft",
         output_dir=str(tmp_path / "output"),
         train_file=str(tmp_path / "train.parquet"),
         runtime="cpu",
-        grpo={"max_steps": 2, "reward_weights_by_verifier": {"*": 1.0}},
+        grpo={"max_steps": 2, "reward_weights_by_verifier": {"*": 1.0}, "max_episode_turns": 3},
     )
-    path = tmp_path / "job.json"
-    path.write_text(config.to_json())
-
+    assert path == tmp_path / "job.json"
     assert GRPOJobConfig.from_file(path) == config
     assert json.loads(path.read_text()) == config.to_mapping()
+    # The train file holds the tasks, in order, as the job loads them.
+    assert [row["task_id"] for row in pq.read_table(config.train_file).to_pylist()] == [t["task_id"] for t in tasks]
+
+
+def test_the_manifest_records_the_tasks_trained_on_and_the_job_where_its_folder_is_kept():
+    tasks = [{"task_id": "t-short"}, {"task_id": "t-long"}, {"task_id": "t-other"}]
+    assert RESULT.trained_tasks(tasks) == [tasks[0], tasks[2]]  # t-long was filtered for its prompt's length
+    job = GRPOJobConfig(model_path="/tmp/copy", output_dir="/tmp/wc/output", train_file="/tmp/wc/train.parquet")
+    kept = job.relocated("s3://b/sft/final", lambda path: path.replace("/tmp/wc", "s3://b/training/grpo/d"))
+    assert (kept.model_path, kept.output_dir, kept.train_file) == (
+        "s3://b/sft/final",
+        "s3://b/training/grpo/d/output",
+        "s3://b/training/grpo/d/train.parquet",
+    )
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,14 @@ from training.preferences import (
     EvalLeakError,
     PreferenceDataError,
     build_preference_pairs,
+    episode_pairs,
     export_pairs,
+    outcomes_by_split,
+    pairs_by_family,
+    pairs_frame,
+    profile_rollouts,
     side_text,
+    split_pairs,
 )
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
@@ -149,6 +155,36 @@ def test_rollouts_on_eval_tasks_never_become_training_pairs() -> None:
     assert [p["split"] for p in held_out.pairs] == ["eval"]
 
 
+def test_the_two_splits_pair_apart_from_their_own_rollouts() -> None:
+    train, held_out = TASKS[:1], [{**TASKS[1], "family": "episode", "verifier": {"name": "episode", "params": {}}}]
+    # The profile's rollouts of t1 (sampled by the policy it profiled); a task it did not sample has none.
+    profile = [
+        {"task_id": "t1", "policy": "sft", "rollouts": [sample("#### 4", True, 0), sample("#### 5", False, 1)]},
+        {"task_id": "t9", "policy": "sft", "rollouts": None},
+    ]
+    rollouts = profile_rollouts(profile)
+    assert [(r["task_id"], r["model"], r["sample"]) for r in rollouts] == [("t1", "sft", 0), ("t1", "sft", 1)]
+    gate = [sample("#### 1", True, 0, task="t2", model="ckpt"), sample("#### 2", False, 1, task="t2", model="ckpt")]
+    built = split_pairs(rollouts, train, gate, held_out, max_pairs_per_task=2)
+    pairs = pairs_frame(built)
+    assert pairs[["split", "task_id", "source", "model"]].values.tolist() == [
+        ["train", "t1", "difficulty_profile", "sft"],
+        ["eval", "t2", "checkpoint_eval", "ckpt"],
+    ]
+    assert pairs_by_family(pairs) == [
+        {"split": "eval", "source": "checkpoint_eval", "family": "episode", "pairs": 1, "tasks": 1},
+        {"split": "train", "source": "difficulty_profile", "family": "arithmetic", "pairs": 1, "tasks": 1},
+    ]
+    assert outcomes_by_split(built) == [
+        {"split": "train", "outcome": "paired", "tasks": 1},
+        {"split": "eval", "outcome": "paired", "tasks": 1},
+    ]
+    assert (episode_pairs(pairs, train + held_out), episode_pairs(pairs, train)) == (1, 0)  # t2 is an episode task
+    # The profile's rollouts must not hold an eval task: the eval split is held out of the training pairs.
+    with pytest.raises(EvalLeakError, match=r"\['t2'\]"):
+        split_pairs([*rollouts, *gate], train, gate, held_out)
+
+
 def test_pairs_do_not_depend_on_row_order() -> None:
     samples = [sample(f"ok{i}", True, i) for i in range(3)] + [sample(f"bad{i}", False, 3 + i) for i in range(4)]
     samples += [sample("ok9", True, 0, task="t2"), sample("bad9", False, 1, task="t2")]
@@ -192,7 +228,7 @@ def test_export_writes_each_split_to_its_own_files(tmp_path: Path) -> None:
 
 def test_the_docstring_example_runs() -> None:
     result = doctest.testmod(preferences)
-    assert (result.attempted, result.failed) == (7, 0)
+    assert (result.attempted, result.failed) == (9, 0)
 
 
 @pytest.fixture(scope="module")

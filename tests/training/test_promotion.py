@@ -7,16 +7,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from core.state import StateStore
 from tests.services import fresh_database, released_together
 from training.promotion import (
+    PromotionDecision,
     PromotionPolicy,
     PromotionPolicyError,
     PromotionRegistry,
     PromotionRegistryError,
+    compared_models,
     decide,
+    promotion_record,
 )
 from training.stats import Comparison, Estimate, PairedDifference, compare
 
@@ -230,6 +234,30 @@ def test_the_registry_file_is_one_json_record_with_its_lock_beside_it(tmp_path: 
     assert sorted(p.name for p in tmp_path.iterdir()) == [".promoted.json.lock", "promoted.json"]
     data = json.loads(registry.path.read_text())
     assert data["format"] == 1 and data["current"]["model"] == entry.model and len(data["history"]) == 1
+
+
+def test_the_candidate_is_weighed_against_the_promoted_model_else_its_base_model(tmp_path: Path) -> None:
+    registry = PromotionRegistry(tmp_path / "promoted.json")
+    checkpoint = pd.DataFrame([{"checkpoint": "grpo/run-2", "base_model": "base/model"}])
+    assert compared_models(checkpoint, registry) == {"baseline": "base/model", "candidate": "grpo/run-2"}
+    registry.promote("grpo/run-1")
+    assert compared_models(checkpoint, registry) == {"baseline": "grpo/run-1", "candidate": "grpo/run-2"}
+
+
+@pytest.mark.parametrize(("promote", "verdict"), [(True, "promoted"), (False, "kept baseline")])
+def test_the_record_of_a_decision(promote: bool, verdict: str) -> None:
+    decision = PromotionDecision(promote=promote, reasons=["enough", "better"], numbers={"difference": 0.1})
+    failures = {"tasks": 1, "fixed": ["f1"], "broken": [], "summary": "fixed 1"}
+    record = promotion_record(decision, {"baseline": "base", "candidate": "ckpt"}, failures)
+    # The promotion table's one row, its columns in this order.
+    assert list(record.items()) == [
+        ("decision", verdict),
+        ("candidate", "ckpt"),
+        ("baseline", "base"),
+        ("reasons", ["enough", "better"]),
+        ("numbers", {"difference": 0.1}),
+        ("failure_eval", failures),
+    ]
 
 
 def test_in_the_database_the_registry_writes_no_file(tmp_path: Path, postgres_url) -> None:

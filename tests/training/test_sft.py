@@ -19,8 +19,11 @@ from training.sft import (
     SFTDataError,
     SFTResult,
     SFTSettings,
+    imitated_tasks,
     run_sft,
     sft_examples,
+    warm_up_digest,
+    warm_up_tasks,
 )
 from training.tiny_model import load_policy
 from validators.registry import VerifyContext
@@ -68,6 +71,17 @@ def test_settings_are_the_config_that_names_the_pipelines_run_folders() -> None:
         "max_length": 2048,
         "use_lora": False,
     }
+
+
+def test_a_warm_up_trains_on_its_families_and_its_folder_is_named_by_what_it_trains() -> None:
+    tasks = [_task(1, 2), {**_task(3, 4), "family": "sql"}, _task(5, 6, reference=False)]
+    assert warm_up_tasks(tasks, ["arithmetic"]) == [tasks[0], tasks[2]]
+    assert warm_up_tasks(tasks, None) == tasks and warm_up_tasks(tasks, ["tool_call"]) == []
+    assert imitated_tasks(tasks) == tasks[:2]  # the manifest records what sft_examples imitates
+    # Pinned: a change here renames every existing run folder, and a killed run would start over, not resume.
+    assert warm_up_digest("base", tasks, TINY) == "6b14be9bccca23f3"
+    assert warm_up_digest("base", tasks[::-1], TINY) == warm_up_digest("base", tasks, TINY)  # the order is not
+    assert warm_up_digest("base", tasks, replace(TINY, max_steps=5)) != warm_up_digest("base", tasks, TINY)
 
 
 def test_sft_examples_append_the_reference_and_count_skips() -> None:

@@ -3,7 +3,7 @@
 import pytest
 from upath import UPath
 
-from pipeline.resources import CurationPolicy, FailureInbox, VariantPlan
+from resources import CurationPolicy, FailureInbox, VariantPlan
 
 FAMILIES = {"arithmetic", "sql"}
 

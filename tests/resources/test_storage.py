@@ -7,7 +7,7 @@ import pytest
 from upath import UPath
 
 from core.signals import dispositions_kept
-from pipeline.storage import ParquetTableIOManager, TableStorage, store_table
+from resources.storage import ParquetTableIOManager, TableStorage, store_table
 
 
 @dg.asset

@@ -3,7 +3,7 @@
 import pytest
 
 from llm import LOCAL_PLACEHOLDER_URL, ChatRequest, LLMCache
-from pipeline.resources import LLMEndpoint
+from resources import LLMEndpoint
 from tests.fake_server import FakeOpenAIServer
 from tests.services import fresh_database
 

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from curation.splits import SplitConfig
 from pipeline.cli import main
-from pipeline.resources import CurationPolicy, PromotionGate, StorageError, StorageRoot
+from resources import CurationPolicy, PromotionGate, StorageError, StorageRoot
 from tests.curation.test_splits import seeds
 from tests.services import fresh_database
 

@@ -14,8 +14,8 @@ from judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from llm import EndpointConfig
 from pipeline.definitions import build_definitions
 from pipeline.profiles import PROFILES, profile_resources
-from pipeline.resources import MIRRORS, CurationPolicy, JudgePolicy, LLMEndpoint, PromotionGate, TrainingPolicy
 from pipeline.settings import Profile
+from resources import MIRRORS, CurationPolicy, JudgePolicy, LLMEndpoint, PromotionGate, TrainingPolicy
 from training.grpo_job import GRPOJobConfig
 from training.promotion import PromotionPolicy
 from training.reward_audit import RewardAuditPolicy
@@ -44,7 +44,7 @@ def test_a_mirrored_default_is_the_library_default(resource, mirror):
         theirs = _library_default(library_fields[library_name])
         assert _plain(ours) == _plain(theirs), (
             f"{resource.__name__}.{name} defaults to {ours!r} but {mirror.library.__name__}.{library_name} to "
-            f"{theirs!r}: read the default from the library (pipeline.resources.Mirror) instead of writing it twice"
+            f"{theirs!r}: read the default from the library (resources.Mirror) instead of writing it twice"
         )
 
 
