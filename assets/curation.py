@@ -11,7 +11,7 @@ from assets import groups
 from assets.metadata import count_table, markdown_table, preview, shard_metadata, shard_steps, task_preview
 from core.shards import cache_totals, plan_shards
 from curation.curate import dedup_tasks
-from curation.shards import (
+from curation.validation_shards import (
     SHARD_STATS_COLUMNS,
     SHARD_VERDICT_COLUMNS,
     ShardStats,

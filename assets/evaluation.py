@@ -17,8 +17,8 @@ from assets.plots import bar_chart
 from curation.manifests import split_epochs
 from resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository, StorageRoot
 from training.episodes import play_and_score
-from training.eval_table import FAMILY_COLUMNS, EvalTable, eval_table, failure_report, paired_comparison, role_models
 from training.evaluation import EvalTaskCounts, SampledVerdicts, eval_task_counts
+from training.gate_eval import FAMILY_COLUMNS, EvalTable, eval_table, failure_report, paired_comparison, role_models
 from training.promotion import compared_models, decide, decision_line, promotion_record
 
 

@@ -485,7 +485,7 @@ def _grpo_metadata(
         "job_config": dg.MetadataValue.path(job_config),
         "reward_curve": _reward_curve(steps),
         "groups_with_reward_spread": dg.MetadataValue.float(reward_spread(steps) or 0.0),
-        # The episode tasks' rollouts (training.episode_rollouts): how they ended and the calls they made.
+        # The episode tasks' rollouts (training.grpo_episodes): how they ended and the calls they made.
         "episode_end_reasons": dg.MetadataValue.json(reported.episode_end_reasons),
         "episode_tool_calls": reported.episode_tool_calls,
         # What the run measured, for the plan's calibration (`budget_calibration`): TRL's token count and

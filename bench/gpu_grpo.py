@@ -35,7 +35,7 @@ What it does, once per config, with everything else equal:
    about 0; this measures speed, not learning).
 
 `--episodes` trains on the bundled `episode` seeds instead (`seeds/episode/`: shop and files episodes, played turn
-by turn in their environments by `training.episode_rollouts`, one generation round per turn through the same
+by turn in their environments by `training.grpo_episodes`, one generation round per turn through the same
 backend, vLLM or transformers): the same config switch, `use_vllm`, serves multi-turn rollouts; each run also
 reports how its training episodes ended and the tool calls they made.
 

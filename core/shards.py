@@ -7,8 +7,8 @@ into steps that run side by side (a multiprocess, Celery or Kubernetes executor)
   or removed around it; only a new shard count moves records.
 - **Balanced**: SHA-256 spreads ids evenly, so shards differ in size by about their square root.
 
-Validation (`curation.shards`), programmatic generation (`generators.shards`) and judging (its asset) shard this
-way; `cache_totals` adds up the steps of the two whose steps share a cache.
+Validation (`curation.validation_shards`), programmatic generation (`generators.shards`) and judging (its asset)
+shard this way; `cache_totals` adds up the steps of the two whose steps share a cache.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ class Endpoint:
         cache: where answers are cached (`LLMCache`): a local folder, or a `postgresql://` URL a cluster's workers
             share; None disables caching.
         local_server: starts a server on this machine and yields its base URL while it runs (e.g. a
-            `llm.serving.ModelServer` on `config.model`). It is entered the first time a request misses the
+            `llm.launcher.ModelServer` on `config.model`). It is entered the first time a request misses the
             cache, at most once per `with` block, and left when the block ends, also on failure; a fully cached
             run starts nothing.
         api_key: the key itself, for callers that resolve secrets their own way; None reads `config.api_key_env`.

@@ -2,7 +2,7 @@
 
 `python -m llm.server --model DIR_OR_ID [--host H] [--port P] [--max-batch N] [--device cpu] [--threads 1]` (or
 `seedwheel serve`) loads the model with transformers, *then* binds the port, so the first `GET /health` = 200
-means the model is in memory (what `llm.serving.ModelServer` waits for). It serves:
+means the model is in memory (what `llm.launcher.ModelServer` waits for). It serves:
 
 - `GET /health`: 200 `{"status": "ok"}`.
 - `GET /v1/models`: the served model, under the name it was started with (a directory: its absolute path).
@@ -55,7 +55,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core import SeedwheelError
 from llm.generation import Engine, GenerationRequest, GenerationResult, InvalidGenerationRequest
-from llm.serving import served_name
+from llm.launcher import served_name
 
 logger = logging.getLogger(__name__)
 
@@ -599,7 +599,7 @@ def serve(config: ServerConfig, *, on_loaded: Callable[[str, str], None] | None 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m llm.server --model DIR_OR_ID ...`: the entry point `llm.serving.ModelServer` starts."""
+    """`python -m llm.server --model DIR_OR_ID ...`: the entry point `llm.launcher.ModelServer` starts."""
     defaults = ServerConfig(model="")
     parser = argparse.ArgumentParser(prog="python -m llm.server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="Model directory or model id in the local hub cache.")

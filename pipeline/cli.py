@@ -182,7 +182,7 @@ def verify(tasks: Path, completions: Path, output: Path | None) -> None:
     COMPLETIONS is a JSONL of {"task_id", "completion"} rows. Every row that cannot be read is listed with its
     line and fix, the others are scored, and the exit code is 1.
     """
-    from validators.audit import audit, format_summary
+    from validators.offline_verify import audit, format_summary
     from validators.registry import VerifyContext
     from validators.tables import write_jsonl
 
@@ -215,7 +215,7 @@ def replay(tasks: Path, episodes: Path) -> None:
     completion is the episode: OpenAI-style chat messages with `tool_calls` (or text with <tool_call> blocks).
     Exit 1 when an episode fails.
     """
-    from validators.audit import completion_rows, load_tasks
+    from validators.offline_verify import completion_rows, load_tasks
     from validators.registry import VerifyContext
     from validators.verifiers.episode import replay as replay_episode
 
@@ -297,7 +297,7 @@ def judge(
     """
     from judge import DEFAULT_RUBRIC, LABEL_PARAMS, JudgeInputError, format_summary, judge_tasks
     from pipeline.definitions import build_definitions  # Dagster loads slowly; keep `seedwheel --help` fast
-    from validators.audit import load_tasks
+    from validators.offline_verify import load_tasks
     from validators.registry import VerifyContext
     from validators.tables import frame_from_records, write_jsonl, write_table
 

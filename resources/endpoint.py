@@ -10,8 +10,8 @@ from pydantic import PrivateAttr
 
 from core.database import DATABASE_URL_ENV, database_url
 from llm import LOCAL_PLACEHOLDER_URL, Endpoint, LLMClient
+from llm.launcher import Backend, ModelServer
 from llm.models import bundled_model, bundled_model_dir
-from llm.serving import Backend, ModelServer
 from resources.mirror import ENDPOINT_FIELDS
 
 

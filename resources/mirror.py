@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from curation.dedup import MinHashConfig
-from curation.shards import ShardConfig
 from curation.splits import SplitConfig
+from curation.validation_shards import ShardConfig
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from llm import EndpointConfig
 from training.grpo_job import GRPOJobConfig

@@ -15,8 +15,8 @@ from pydantic import Field
 from core.shards import shard_count
 from core.state import StateStore
 from curation.dedup import DedupIndex, MinHashConfig
-from curation.shards import ShardConfig
 from curation.splits import SplitConfig, hash_sample
+from curation.validation_shards import ShardConfig
 from generators.rewrite import REWRITE_KINDS
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from llm.models import bundled_model
@@ -100,8 +100,8 @@ class CurationPolicy(dg.ConfigurableResource):
     # Where the LSH band tables live: empty keeps them in memory (recomputed from the stored signatures); a
     # redis:// URL shares them between workers (docs/production.md, "Scaling out"); needs the `redis` extra.
     lsh_redis_url: str = ""
-    # Validation in shards (`curation.shards.ShardConfig`): `validated_tasks` checks each hash range of task ids
-    # in its own step, so an executor with N workers runs it about N times faster; threads per step (None: one
+    # Validation in shards (`curation.validation_shards.ShardConfig`): `validated_tasks` checks each hash range of
+    # task ids in its own step, so an executor with N workers runs it about N times faster; threads per step (None: one
     # per CPU of the machine the step runs on; 1 for one-core workers).
     validation_shards: int = SHARD_FIELDS.default("validation_shards")
     validation_threads: int | None = SHARD_FIELDS.default("validation_threads")

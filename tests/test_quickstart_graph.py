@@ -269,7 +269,7 @@ def test_training_runs_out_of_process_and_ends_with_a_promotion_decision(quickst
     assert profile["in_grpo_set"].astype(bool).tolist() == kept.tolist()
     assert set(grpo["task_ids"]) == set(profile.loc[kept, "task_id"])
     assert metadata["groups_with_reward_spread"] > 0
-    # Episode tasks in the GRPO set are played in their environments (training.episode_rollouts), and only then.
+    # Episode tasks in the GRPO set are played in their environments (training.grpo_episodes), and only then.
     assert bool(metadata["episode_end_reasons"]) == profile.loc[kept, "family"].eq("episode").any()
     assert weights_differ(Path(sft["checkpoint"]), Path(grpo["checkpoint"]))
     evaluation = read_table(settings.home / "checkpoint_eval.parquet")

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
     from trl import GRPOConfig
 
-    from training.episode_rollouts import EpisodeRollouts
+    from training.grpo_episodes import EpisodeRollouts
 
 logger = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ def grpo_config_class() -> type[SeedwheelGRPOConfig]:
             max_prompt_tokens: prompts longer than this (chat template applied) are dropped before training, with
                 a logged count; TRL 1.16 removed `max_prompt_length`. None keeps every prompt.
             max_episode_turns: lowers every `episode` task's turn limit for its rollouts and its reward's replay
-                (`training.episode_rollouts`); None keeps each task's own.
+                (`training.grpo_episodes`); None keeps each task's own.
             use_lora: train LoRA adapters (needs `peft`); the final model is saved merged.
             lora_r: LoRA rank.
             lora_alpha: LoRA scaling numerator.
@@ -330,7 +330,7 @@ class GRPOResult:
         filtered_task_ids: task ids of the rows dropped for prompts longer than `max_prompt_tokens` (the
             checkpoint's manifest leaves them out).
         train_seconds: wall time of `trainer.train()`.
-        episode_end_reasons: how the episodes played for training ended (`training.episode_rollouts`); empty
+        episode_end_reasons: how the episodes played for training ended (`training.grpo_episodes`); empty
             when the split holds no episode task.
         episode_tool_calls: tool calls those episodes made.
     """
@@ -692,10 +692,10 @@ def cap_episode_turns(dataset: Dataset, max_turns: int | None) -> Dataset:
 
 def _episode_rollouts(dataset: Dataset) -> EpisodeRollouts | None:
     """The rollout function when the split holds `episode` tasks; None leaves TRL's single-turn generation."""
-    from training.episode_rollouts import EpisodeRollouts
+    from training.grpo_episodes import EpisodeRollouts
 
     rollouts = EpisodeRollouts(dataset.to_list())
     if not rollouts.tasks:
         return None
-    logger.info("GRPO plays %d episode tasks in their environments (training.episode_rollouts)", len(rollouts.tasks))
+    logger.info("GRPO plays %d episode tasks in their environments (training.grpo_episodes)", len(rollouts.tasks))
     return rollouts

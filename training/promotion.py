@@ -40,7 +40,7 @@ import pandas as pd
 
 from core import SeedwheelError
 from core.state import StateStore
-from training.eval_table import FailureReport
+from training.gate_eval import FailureReport
 from training.stats import Comparison, PairedDifference
 from validators.tables import atomic_write
 

@@ -14,7 +14,7 @@ What TRL 1.16 does (read from `trl/trainer/grpo_trainer.py::_calculate_rewards` 
   `rewards/<name>/mean`. Reward functions must be picklable (the async rollout worker sends them to a child
   process), hence a class with a stable `__name__`, not a closure.
 
-An episode rollout (`training.episode_rollouts`) adds the column `episode`: each episode as the `episode`
+An episode rollout (`training.grpo_episodes`) adds the column `episode`: each episode as the `episode`
 verifier reads it (the calls the model made, then its answer), None for single-turn rows. Where it is set, that
 text is scored instead of the decoded completion, whose tokens interleave the tool results.
 

@@ -31,7 +31,7 @@ from tests.paths import SEEDS
 from tests.services import fresh_database
 from training.difficulty import ROLLOUT_FIELDS
 from training.episodes import EPISODE_FIELDS, EngineTurns
-from training.eval_table import EVAL_COLUMNS
+from training.gate_eval import EVAL_COLUMNS
 from validators.environments import END_REASONS
 from validators.registry import Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds

@@ -363,6 +363,7 @@ def test_derived_is_one_or_the_other():
     assert Derived(task={"task_id": "x"}).is_task and not Derived(review={"failure_id": "f"}).is_task
 
 
+@pytest.mark.slow  # every bundled seed through the failure path, the code seeds' references in the sandbox: ~10 s
 def test_failure_fields_log_a_seed_so_that_its_failure_derives_the_same_task():
     """A stand-in app logs each request with failure_fields: the failure it logs is the task it served."""
     seeds = load_seeds([SEEDS], root=SEEDS.parent, context=CONTEXT).tasks

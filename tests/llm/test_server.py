@@ -28,8 +28,8 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from llm.generation import PREFIX_BLOCK, Engine, GenerationRequest, GenerationResult, prefill_groups, sample
+from llm.launcher import ModelServer
 from llm.server import Batcher, ServerConfig, create_app
-from llm.serving import ModelServer
 
 # Every keyword bounds its value, so a random model cannot wander until max_tokens inside the answer.
 PERSON = {

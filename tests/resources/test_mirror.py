@@ -8,8 +8,8 @@ import dagster as dg
 import pytest
 
 from curation.dedup import MinHashConfig
-from curation.shards import ShardConfig
 from curation.splits import SplitConfig
+from curation.validation_shards import ShardConfig
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
 from llm import EndpointConfig
 from pipeline.definitions import build_definitions

@@ -17,7 +17,8 @@ import pytest
 from tests.paths import SEEDS
 from tests.training.scripted import reference_script
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
-from training.episode_rollouts import (
+from training.grpo import cap_episode_turns, cpu_defaults, grpo_config_class, load_train_split, run_grpo
+from training.grpo_episodes import (
     LENGTH,
     EpisodeRolloutError,
     EpisodeRollouts,
@@ -25,7 +26,6 @@ from training.episode_rollouts import (
     prompt_key,
     tool_suffix_ids,
 )
-from training.grpo import cap_episode_turns, cpu_defaults, grpo_config_class, load_train_split, run_grpo
 from training.tiny_model import build_tiny_model
 from validators.export import export_split
 from validators.registry import VerifyContext, verify

@@ -17,8 +17,8 @@ import openai
 import pytest
 
 from core.signals import dispositions_kept
-from llm import serving
-from llm.serving import MissingServingDependencyError, ModelServer, ModelServerError, group_alive
+from llm import launcher as server_launcher
+from llm.launcher import MissingServingDependencyError, ModelServer, ModelServerError, group_alive
 from tests.tiers import skip_for_accelerator
 
 STAND_IN = r"""
@@ -175,7 +175,7 @@ def test_a_launcher_that_ignores_sigterm_still_stops_its_server_on_sigterm(tmp_p
 LAUNCHER = r"""
 import sys, time
 from pathlib import Path
-from llm.serving import ModelServer
+from llm.launcher import ModelServer
 
 class StandIn(ModelServer):
     def command(self):
@@ -223,7 +223,7 @@ def test_a_server_that_dies_early_reports_its_log_and_leaves_nothing(tmp_path: P
 def test_a_server_that_never_gets_ready_times_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     server = StandInServer(tmp_path, mode="silent", startup_timeout_s=1.0, stop_grace_s=1.0)
     timed_out = pytest.raises(ModelServerError, match=r"did not answer GET /health with 200 within 1 s")
-    with caplog.at_level("INFO", logger=serving.__name__), timed_out:
+    with caplog.at_level("INFO", logger=server_launcher.__name__), timed_out:
         server.start()
     # Its group, whatever it had started by then: on a busy machine the timeout can come before the stand-in
     # has spawned (or recorded) its child, which would be in the same group.
@@ -289,8 +289,8 @@ def test_a_port_taken_before_the_server_binds_it_is_retried(tmp_path: Path, monk
         squatter.listen()
         taken = squatter.getsockname()[1]
         ports = iter([taken])  # the first "free" port is taken by the time the server binds it
-        real_free_port = serving._free_port
-        monkeypatch.setattr(serving, "_free_port", lambda host: next(ports, None) or real_free_port(host))
+        real_free_port = server_launcher._free_port
+        monkeypatch.setattr(server_launcher, "_free_port", lambda host: next(ports, None) or real_free_port(host))
 
         with StandInServer(tmp_path) as server:
             assert server.port != taken

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import main
-from validators.audit import AuditInputError, audit, format_summary, summarize
+from validators.offline_verify import AuditInputError, audit, format_summary, summarize
 from validators.registry import REGISTRY, Verdict, Verifier
 
 TASKS = [

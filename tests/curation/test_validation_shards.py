@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from core.shards import ShardConfigError, plan_shards
-from curation.shards import (
+from curation.validation_shards import (
     SHARD_VERDICT_COLUMNS,
     ShardConfig,
     ShardMergeError,

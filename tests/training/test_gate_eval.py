@@ -4,7 +4,8 @@ comparison, the failure report."""
 import pandas as pd
 import pytest
 
-from training.eval_table import (
+from training.evaluation import SampledVerdicts
+from training.gate_eval import (
     EVAL_COLUMNS,
     FAMILY_COLUMNS,
     eval_table,
@@ -13,7 +14,6 @@ from training.eval_table import (
     role_models,
     role_verdicts,
 )
-from training.evaluation import SampledVerdicts
 from training.stats import EvaluationError
 
 
