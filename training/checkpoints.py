@@ -8,7 +8,11 @@
   the limit.
 - **The final folder**: `save_final` writes the model and tokenizer to `<output_dir>/.final.partial` and renames
   it to `<output_dir>/final`, so a `final` folder is always complete; LoRA adapters are merged first, so the folder
-  loads with `AutoModelForCausalLM` like any other model directory.
+  loads with `AutoModelForCausalLM` like any other model directory. The run being done, its checkpoints then shed
+  their optimizer and scheduler state (`shed_optimizer_state`): AdamW's moments are twice the weights' size, kept
+  only to resume a run cut off mid-way, and a finished run kept them at 3.6 GB per run of a 135M model.
+- **How many checkpoints**: `KEEP_CHECKPOINTS` (transformers' `save_total_limit`) is one: transformers deletes an
+  older checkpoint only after the newer one is complete, so a save cut off by a kill still leaves one to resume.
 - **Metrics**: `metrics_callback(sink)` is a `TrainerCallback` that forwards every `on_log` dict (plus `step` and
   `tokens_per_second`) to a sink as training goes, e.g. a Dagster Pipes message.
 - **LoRA**: `peft_lora_config(...)` builds a `peft.LoraConfig`, or raises `MissingPeftError` naming the install.
@@ -40,6 +44,9 @@ PEFT_HINT = "pip install peft"
 LORA_EXTRA_HINT = "pip install 'seedwheel[lora]'"
 # transformers writes this file last into a checkpoint folder: its presence marks a complete checkpoint.
 TRAINER_STATE_FILE = "trainer_state.json"
+# What `shed_optimizer_state` deletes from a finished run's checkpoints (transformers' file names).
+OPTIMIZER_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+KEEP_CHECKPOINTS = 1
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 MetricsSink = Callable[[dict[str, Any]], None]
@@ -127,6 +134,12 @@ def train_resuming(trainer: Any, checkpoint: Path | None) -> None:
         trainer._load_from_checkpoint(str(checkpoint))
         trainer.state = state
         return
+    if not (checkpoint / OPTIMIZER_STATE_FILES[0]).is_file():
+        logger.warning(
+            "%s belongs to a finished run and has no optimizer state (shed_optimizer_state): training on from it "
+            "with a new optimizer and learning-rate schedule",
+            checkpoint,
+        )
     trainer.train(resume_from_checkpoint=str(checkpoint))
 
 
@@ -170,7 +183,36 @@ def save_final(trainer: Any, tokenizer: Any, output_dir: str | os.PathLike[str],
             final.rename(old)
         staging.rename(final)
         shutil.rmtree(old, ignore_errors=True)
+        shed_optimizer_state(output_dir)
     return final
+
+
+def shed_optimizer_state(output_dir: str | os.PathLike[str]) -> int:
+    """Delete the optimizer and scheduler state from the `checkpoint-N` folders of a finished run.
+
+    A checkpoint keeps its weights and trainer state, so a rerun of the finished run loads it and trains nothing
+    (`train_resuming`); only raising `max_steps` afterwards trains on, with a new optimizer.
+
+    Args:
+        output_dir: the run's output folder, holding its `final` folder.
+
+    Returns:
+        The bytes freed.
+
+    Example:
+        >>> shed_optimizer_state("runs/sft")  # doctest: +SKIP
+        1077949306
+    """
+    freed = 0
+    for checkpoint in Path(output_dir).iterdir():
+        if not (checkpoint.is_dir() and _CHECKPOINT_RE.match(checkpoint.name)):
+            continue
+        for name in OPTIMIZER_STATE_FILES:
+            state = checkpoint / name
+            if state.is_file():
+                freed += state.stat().st_size
+                state.unlink()
+    return freed
 
 
 def _plain(value: Any) -> Any:

@@ -28,7 +28,8 @@ The config file (JSON; under Pipes the same object may come as the extra `grpo_j
 `runtime` picks the machine defaults applied under `grpo`: `"auto"` (`runtime_defaults()`: CPU settings without
 a GPU, vLLM on a GPU when installed), `"cpu"` (`cpu_defaults()`) or `"none"`. `grpo` takes any
 `SeedwheelGRPOConfig` field (every `trl.GRPOConfig` field included); `logging_steps` defaults to 1 here so each
-step's metrics stream. Exit codes: 0 done, 2 bad config or data (message on stderr), 1 a training failure.
+step's metrics stream, and `save_total_limit` to `training.checkpoints.KEEP_CHECKPOINTS`. Exit codes: 0 done, 2 bad
+config or data (message on stderr), 1 a training failure.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from core import SeedwheelError
+from training.checkpoints import KEEP_CHECKPOINTS
 from training.grpo import GRPOResult, cpu_defaults, grpo_config_class, run_grpo, runtime_defaults
 from validators.export import export_split
 from validators.tables import atomic_write
@@ -62,8 +64,8 @@ METRICS_MESSAGE_KIND = "grpo_metrics"
 Runtime = Literal["auto", "cpu", "none"]
 RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
 EXIT_OK, EXIT_TRAINING_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
-# Defaults of the job only (not of the config class): stream every step's metrics.
-JOB_GRPO_DEFAULTS: dict[str, Any] = {"logging_steps": 1}
+# Defaults of the job only (not of the config class): stream every step's metrics, keep one checkpoint.
+JOB_GRPO_DEFAULTS: dict[str, Any] = {"logging_steps": 1, "save_total_limit": KEEP_CHECKPOINTS}
 _REQUIRED = ("model_path", "output_dir", "train_file")  # a job config's keys without a default
 # Log records from these packages reach Dagster under Pipes: rewards, filtering and training progress.
 _FORWARDED_LOGGERS = ("training", "validators")

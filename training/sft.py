@@ -45,6 +45,7 @@ from typing import Any
 
 from core import SeedwheelError
 from training.checkpoints import (
+    KEEP_CHECKPOINTS,
     MissingPeftError,
     last_complete_checkpoint,
     metrics_callback,
@@ -62,8 +63,6 @@ logger = logging.getLogger(__name__)
 # Checkpoints per run when `save_steps` is not given: often enough that a killed run loses little, few enough that
 # saving (weights + optimizer state) stays a small share of the time.
 CHECKPOINTS_PER_RUN = 5
-# Checkpoints kept on disk; two, so a save cut off by a kill still leaves a complete one to resume from.
-KEEP_CHECKPOINTS = 2
 # How `sft_examples` builds its examples, part of the name of `sft_checkpoint`'s run folder: examples built another
 # way train another model, so a folder of the old way is never resumed as this one. 2: episodes as played, turn by
 # turn, and the loss on the assistant's tokens alone.

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.paths import SEEDS
+from training.checkpoints import OPTIMIZER_STATE_FILES
 from training.episodes import chat_messages, reference_turns
 from training.sft import (
     SFTConfigError,
@@ -127,6 +128,10 @@ def test_sft_trains_logs_loss_and_writes_a_loadable_final(
     assert summary["final_loss"] == losses[-1] and summary["tokens_per_second"] > 0
     # final/ is a complete model directory: it loads as a policy, and training moved its weights.
     assert result.checkpoint_dir == result.checkpoint_dir.parent / "final"
+    # The run being done, one checkpoint stays, its weights and trainer state without the optimizer's.
+    [kept] = result.checkpoint_dir.parent.glob("checkpoint-*")
+    assert kept.name == "checkpoint-4" and (kept / "model.safetensors").is_file()
+    assert not [name for name in OPTIMIZER_STATE_FILES if (kept / name).exists()]
     trained, tokenizer = load_policy(result.checkpoint_dir)
     base, _ = load_policy(tiny_model_dir)
     assert tokenizer.chat_template
