@@ -47,13 +47,15 @@ class GenerationResult:
 class Generator(ABC):
     """Makes variants of a parent task.
 
-    Subclasses set `name`, `version` (bump it when a change alters its output) and `families` (the task
-    families it understands), and implement `generate`.
+    Subclasses set `name`, `version` (bump it when a change alters its output), `families` (the task
+    families it is made for) and, when it varies any task its verifier checks whatever the family, `verifiers`
+    (a family without a generator of its own gets it), and implement `generate`.
     """
 
     name: ClassVar[str]
     version: ClassVar[int] = 1
     families: ClassVar[frozenset[str]]
+    verifiers: ClassVar[frozenset[str]] = frozenset()
     # Reject codes that can come from the machine rather than the parent (a sandbox run or a query cut short by its
     # time limit): an output with one is not reused by a cache, so the next run tries that parent again.
     transient_reject_codes: ClassVar[frozenset[str]] = frozenset()

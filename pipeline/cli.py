@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -167,6 +167,105 @@ def seeds_validate(paths: tuple[Path, ...]) -> None:
         err=True,
     )
     if seed_set.problems:
+        sys.exit(1)
+
+
+def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
+    """`KEY=VALUE` options as a dict; a value without `=` is a usage error naming the option."""
+    pairs = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"{option} {value!r}: write it as KEY=VALUE")
+        pairs[key] = rest
+    return pairs
+
+
+def _json_value(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # a bare word is a string
+
+
+@seeds.command("import")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--family", required=True, help="The family the seeds join (their folder under seeds/).")
+@click.option("--prompt", "prompt", required=True, help="The user message, over the row's columns: '{question}'.")
+@click.option("--verifier", required=True, help="The registered verifier that checks each seed, e.g. numeric_answer.")
+@click.option("--answer", default=None, help="The gold answer's column: the verifier's params come from it.")
+@click.option("--reference", default=None, help="The known-good answer's column (default: the --answer column).")
+@click.option("--system", default=None, help="A system message before each prompt.")
+@click.option("--param", "params", multiple=True, metavar="KEY=JSON", help="A verifier param, the same for every row.")
+@click.option(
+    "--param-from", "param_from", multiple=True, metavar="KEY=COLUMN", help="A verifier param from a column."
+)
+@click.option("--tag", "tags", multiple=True, help="A tag on every seed (repeatable).")
+@click.option("--source", "source_name", default=None, help="The name in each seed's source:NAME:ROW tag.")
+@click.option("--split", default=None, help="The split of a saved DatasetDict folder.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Convert the first N rows only.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The seed file to write (default: seeds/FAMILY/SOURCE_STEM.jsonl).",
+)
+@click.option(
+    "--rejects",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the rows not converted, with their reasons, to this JSONL file.",
+)
+def seeds_import(
+    source: Path,
+    family: str,
+    prompt: str,
+    verifier: str,
+    answer: str | None,
+    reference: str | None,
+    system: str | None,
+    params: tuple[str, ...],
+    param_from: tuple[str, ...],
+    tags: tuple[str, ...],
+    source_name: str | None,
+    split: str | None,
+    limit: int | None,
+    output: Path | None,
+    rejects: Path | None,
+) -> None:
+    """Convert a CSV, JSONL, Parquet file or saved `datasets` folder into a seed file; exit 1 if a row is left out."""
+    from curation.seed_import import ImportSpec, import_seeds
+    from validators.registry import VerifyContext
+    from validators.tables import write_jsonl
+
+    settings = Settings.from_env()
+    settings.register_verifier_plugins()
+    spec = ImportSpec(
+        family=family,
+        prompt=prompt,
+        verifier=verifier,
+        answer=answer,
+        reference=reference,
+        system=system,
+        params={key: _json_value(value) for key, value in _pairs(params, "--param").items()},
+        param_columns=_pairs(param_from, "--param-from"),
+        tags=tags,
+        source=source_name,
+    )
+    output = output or settings.seeds_dir / family / f"{source.stem}.jsonl"
+    with seedwheel_errors(usage=True):
+        report = import_seeds(
+            source, spec, output, split=split, limit=limit, context=VerifyContext(seeds_dir=settings.seeds_dir)
+        )
+    for problem in report.problems:
+        click.echo(str(problem))
+    if rejects is not None:
+        rows = [{"origin": f"{p.path}:{p.line}", **asdict(p.problem)} for p in report.problems]
+        write_jsonl(rows, rejects)
+    wrote = f"wrote {report.written} seeds to {report.output}" if report.written else "wrote nothing"
+    click.echo(f"{report.rows} rows: {wrote}; {report.rejected_rows} rows not converted", err=True)
+    if report.rejected_rows:
         sys.exit(1)
 
 

@@ -37,8 +37,8 @@ def build_pool(
 
     Example:
         >>> seed = {"task_id": "a" * 16, "family": "cooking", "lineage": {"seed_id": "s1"},
-        ...         "verifier": {"name": "numeric_answer", "params": {"answer": 3}}}
-        >>> build_pool([seed], per_seed=2, known=set())  # a family without a generator gives nothing
+        ...         "verifier": {"name": "text_answer", "params": {"answers": ["braise"]}}}
+        >>> build_pool([seed], per_seed=2, known=set())  # no generator for the family or its verifier: nothing
         []
     """
     pool: dict[str, dict[str, Any]] = {}

@@ -161,6 +161,15 @@ class Verifier(ABC):
         """
         return []
 
+    def answer_params(self, answer: Any) -> dict[str, Any] | None:
+        """The params of a task whose gold answer is `answer`, one cell of a dataset's answer column (`seedwheel
+        seeds import --answer`); None when this verifier takes no single answer (its params come by name instead).
+
+        Raises:
+            ValueError: `answer` is not an answer this verifier can check; the message says why.
+        """
+        return None
+
 
 class UnknownVerifierError(SeedwheelError, KeyError):
     """A task names a verifier (or version) that is not registered."""

@@ -22,6 +22,8 @@ from validators.registry import REGISTRY, UnknownVerifierError, VerifyContext
 from validators.tasks import Problem, check_tasks, compute_task_id, schema_problems
 
 SEED_SUFFIXES = (".jsonl", ".yaml", ".yml")
+# Data files `seedwheel seeds import` converts into seed files; one of them among the seeds is reported, not skipped.
+DATA_SUFFIXES = (".csv", ".tsv", ".parquet", ".json")
 # The seeds folder's audit sets: the judge's labelled tasks and the reward's labelled completions, not seeds.
 AUDIT_DIR = "audit"
 # Folders under seeds/ that hold other curated data, not seed tasks.
@@ -86,7 +88,8 @@ def discover_seed_files(paths: Iterable[Path]) -> list[Path]:
             continue
         for candidate in path.rglob("*"):
             relative_dirs = candidate.relative_to(path).parts[:-1]
-            if candidate.suffix in SEED_SUFFIXES and not NON_SEED_DIRS.intersection(relative_dirs):
+            wanted = (*SEED_SUFFIXES, *DATA_SUFFIXES)
+            if candidate.suffix in wanted and not NON_SEED_DIRS.intersection(relative_dirs):
                 found.add(candidate)
     return sorted(found)
 
@@ -105,7 +108,19 @@ def read_seed_file(path: Path, display: str | None = None) -> tuple[list[SeedRec
         return _read_jsonl(text, display, family)
     if path.suffix in (".yaml", ".yml"):
         return _read_yaml(text, display, family)
+    if path.suffix in DATA_SUFFIXES:
+        message = "a data file, not a seed file"
+        return [], [_problem(display, 1, "data_file", "/", message, import_hint(display, family))]
     return [], [_problem(display, 1, "unknown_format", "/", "not a seed file", "use .jsonl, .yaml or .yml")]
+
+
+def import_hint(path: str, family: str) -> str:
+    """How to turn a data file into a seed file, in one line."""
+    name = Path(path).name
+    return (
+        f"move it out of the seeds folder and convert it: seedwheel seeds import {name} --family {family} "
+        f"--prompt '{{question}}' --answer COLUMN --verifier NAME (docs/seeds.md#importing-your-data)"
+    )
 
 
 def _problem(path: str, line: int, code: str, pointer: str, message: str, fix: str) -> SeedProblem:
@@ -174,6 +189,10 @@ def to_task_record(record: SeedRecord) -> tuple[dict[str, Any] | None, list[Prob
     raw = record.raw
     if not isinstance(raw, Mapping):
         return None, [Problem("not_an_object", "/", "a seed record must be an object", "write it as a mapping")]
+    if "prompt" not in raw and "verifier" not in raw:
+        fields = ", ".join(map(str, list(raw)[:5])) or "none"
+        message = f"a record with neither prompt nor verifier (its fields: {fields}): data, not a seed"
+        return None, [Problem("not_a_seed", "/", message, import_hint(record.path, record.family))]
     task = dict(raw)
     problems = []
     task.setdefault("family", record.family)
@@ -273,20 +292,50 @@ def load_seeds(
         >>> tmp.cleanup()
     """
     seed_set = SeedSet()
-    parsed: list[tuple[Any, dict[str, Any] | None, list[Problem]]] = []
+    records: list[SeedRecord] = []
     for path in discover_seed_files(paths):
         display = _display(path, root)
         seed_set.files.append(display)
-        records, file_problems = read_seed_file(path, display)
+        file_records, file_problems = read_seed_file(path, display)
+        records.extend(file_records)
         seed_set.problems.extend(file_problems)
         seed_set.rejects.extend(_reject_row(p.path, p.line, None, [p.problem], None) for p in file_problems)
-        parsed.extend((record, *to_task_record(record)) for record in records)
+    checked = check_seed_records(records, context=context, cache=cache)
+    seed_set.tasks, seed_set.problems, seed_set.rejects = (
+        checked.tasks,
+        [*seed_set.problems, *checked.problems],
+        [*seed_set.rejects, *checked.rejects],
+    )
+    return seed_set
+
+
+def check_seed_records(
+    records: Iterable[SeedRecord],
+    *,
+    context: VerifyContext | None = None,
+    cache: CacheStore | None = None,
+    known: Mapping[str, str] | None = None,
+) -> SeedSet:
+    """Check read seed records as `load_seeds` does: derived fields, schema, the reference against its verifier,
+    unique ids.
+
+    Args:
+        records: the records, in order (a later duplicate is the one refused).
+        context: where verifier fixture paths resolve.
+        cache: earlier verdicts (`validators.tasks.check_tasks`).
+        known: task ids already taken, by the `path:line` that holds them (seeds in other files).
+
+    Returns:
+        A `SeedSet` of the valid tasks, the located problems and one reject row per invalid record.
+    """
+    seed_set = SeedSet()
+    parsed = [(record, *to_task_record(record)) for record in records]
     # The verifier checks run together (threads; the sandbox does the waiting), through the cache when given.
     checkable = [(i, task) for i, (_, task, problems) in enumerate(parsed) if task is not None and not problems]
     verdicts = check_tasks([task for _, task in checkable], context, cache=cache)
     for (i, checked), problems in zip(checkable, verdicts, strict=True):
         parsed[i] = (parsed[i][0], checked, problems)
-    first_seen: dict[str, str] = {}
+    first_seen: dict[str, str] = dict(known or {})
     for record, task, problems in parsed:
         previous = first_seen.get(task["task_id"]) if task is not None and not problems else None
         if task is not None and previous is not None:

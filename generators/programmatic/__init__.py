@@ -9,8 +9,11 @@
 | `tool_call` | `tool_call_resample` | argument values the request states |
 | `episode` | `episode_resample` | shop: customer, orders, amounts; files: file and folder names (goal recomputed) |
 
-A parent whose family has no generator gets one reject row with code `no_generator` rather than silence, so a
-new seed family shows up in the rejects table instead of quietly producing nothing.
+A family of its own (a team's `unit_conversion`) needs no new code where a generator varies any task of its
+verifier (`Generator.verifiers`): a `numeric_answer` seed whose reference shows its work (`1.25 * 1000 = 1250`,
+then `#### 1250`) is re-sampled as the arithmetic family is. Any other parent whose family has no generator gets
+one reject row with code `no_generator` rather than silence, so a new seed family shows up in the rejects table
+instead of quietly producing nothing; LLM rewrites (`generators.rewrite`) still vary it.
 """
 
 from __future__ import annotations
@@ -130,7 +133,7 @@ def generate_variants(
     result = GenerationResult()
     try:
         for parent in parents:
-            generator = generators.get(parent["family"])
+            generator = generator_for(parent, generators)
             key = None
             if cache is not None:
                 key = variants_key(parent, generator, per_seed=per_seed, random_seed=random_seed)
@@ -149,11 +152,30 @@ def generate_variants(
     return result
 
 
+def generator_for(parent: Mapping[str, Any], generators: Mapping[str, Generator]) -> Generator | None:
+    """The generator of the parent's family, else the first that varies any task of the parent's verifier.
+
+    Example:
+        >>> seed = {"family": "unit_conversion", "verifier": {"name": "numeric_answer", "params": {"answer": 1250}}}
+        >>> generator_for(seed, PROGRAMMATIC_GENERATORS).name
+        'arithmetic_resample'
+    """
+    found = generators.get(parent["family"])
+    if found is None:
+        name = (parent.get("verifier") or {}).get("name")
+        found = next((generator for generator in generators.values() if name in generator.verifiers), None)
+    return found
+
+
 def _variants_of(
     parent: Mapping[str, Any], generator: Generator | None, *, per_seed: int, random_seed: int
 ) -> GenerationResult:
     if generator is None:
-        detail = f"no programmatic generator for family '{parent['family']}'"
+        verifier = (parent.get("verifier") or {}).get("name")
+        detail = (
+            f"no programmatic generator for family '{parent['family']}' or its verifier '{verifier}' "
+            "(docs/generation.md#what-a-new-family-gets); LLM rewrites still vary it"
+        )
         return GenerationResult(rejects=[reject_row(parent, None, "no_generator", detail, {})])
     if last_user_index(parent["prompt"]) is None:  # every generator rewrites the last user message
         reject = reject_row(parent, generator.name, "unsupported_seed", "no user message", {})
@@ -170,5 +192,6 @@ __all__ = [
     "SqlLiteralSwap",
     "ToolCallResample",
     "generate_variants",
+    "generator_for",
     "variants_key",
 ]

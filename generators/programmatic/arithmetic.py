@@ -74,6 +74,10 @@ _WORD_CONSTANTS: dict[str, tuple[int, ...]] = {
     "years": (12, 52, 365), "hour": (60, 24), "hours": (60, 24), "minute": (60,), "minutes": (60,),
     "day": (24, 7), "days": (24, 7), "month": (12,), "months": (12,), "percent": (100,), "liter": (1000,),
     "liters": (1000,), "ml": (1000,), "cents": (100,),
+    "kilogram": (1000,), "kilograms": (1000,), "kg": (1000,), "gram": (1000,), "grams": (1000,),
+    "kilometer": (1000,), "kilometers": (1000,), "km": (1000,), "meter": (100, 1000), "meters": (100, 1000),
+    "metre": (100, 1000), "metres": (100, 1000), "centimeter": (100, 10), "centimeters": (100, 10),
+    "cm": (100, 10), "millimeter": (1000, 10), "millimeters": (1000, 10), "mm": (1000, 10),
     "one": (1,), "two": (2,), "three": (3,), "four": (4,), "five": (5,), "six": (6,), "seven": (7,),
     "eight": (8,), "nine": (9,), "ten": (10,), "eleven": (11,), "twelve": (12,), "fifteen": (15,),
     "twenty": (20,), "thirty": (30,), "fifty": (50,), "hundred": (100,),
@@ -327,8 +331,10 @@ class ArithmeticResample(Generator):
     """
 
     name: ClassVar[str] = "arithmetic_resample"
-    version: ClassVar[int] = 1
+    # 2: metric units imply their factors (`1.25 kilograms` in grams: 1000), so unit conversions replay.
+    version: ClassVar[int] = 2
     families: ClassVar[frozenset[str]] = frozenset({"arithmetic"})
+    verifiers: ClassVar[frozenset[str]] = frozenset({"numeric_answer"})
 
     def __init__(self, *, rename: bool = True, attempts_per_variant: int = ATTEMPTS_PER_VARIANT):
         self.rename = rename

@@ -1,10 +1,12 @@
 """Generation assets on planted seeds: a second night reuses every unchanged seed's programmatic output, and
 generation in shards gives the tables of one step."""
 
+import dataclasses
 import shutil
 from collections import Counter
 
 from core.shards import shard_of
+from curation.seed_import import ImportSpec, import_seeds
 from pipeline.runs import materialize
 from tests.assets.test_curation import plant
 from validators.registry import VerifyContext
@@ -28,6 +30,31 @@ def test_a_second_materialization_reuses_every_unchanged_parent(settings):
     assert reuse == [(40, 0, 40), (40, 40, 0)]
     assert metadata[0]["rows"] == metadata[1]["rows"] > 0
     assert read_table(settings.home / "task_variants.parquet")["task_id"].tolist() == variants["task_id"].tolist()
+
+
+def test_a_new_family_imported_with_a_numeric_verifier_gets_variants_in_a_regeneration(settings, tmp_path):
+    # A team's own family: no generator is named after it, and none was written for it.
+    source = tmp_path / "conversions.csv"
+    source.write_text(
+        "question,solution\n"
+        '"How many grams are in 1.25 kilograms?","1.25 * 1000 = 1250 grams.\n#### 1250"\n'
+        '"How many centimeters are in 3.5 meters?","3.5 * 100 = 350 centimeters.\n#### 350"\n'
+        '"A rope is 7 meters long. How many millimeters is it?","7 * 1000 = 7000 millimeters.\n#### 7000"\n'
+    )
+    spec = ImportSpec(family="unit_conversion", prompt="{question}", answer="solution", verifier="numeric_answer")
+    seeds_dir = tmp_path / "seeds"
+    assert import_seeds(source, spec, seeds_dir / "unit_conversion" / "conversions.jsonl").written == 3
+    settings = dataclasses.replace(settings, seeds_dir=seeds_dir)
+    plant(settings, [], [])  # no failure log: the night's only parents are the seeds
+    summary = materialize(settings, "seed_tasks,task_variants", resources=NO_REWRITES)
+    assert summary.success, summary.failures
+    variants = read_table(settings.home / "task_variants.parquet")
+    assert set(variants["family"]) == {"unit_conversion"}
+    assert Counter(v["name"] for v in variants["lineage"].map(lambda lineage: lineage["generator"])) == {
+        "arithmetic_resample": len(variants)
+    }
+    assert variants["lineage"].map(lambda lineage: lineage["seed_id"]).nunique() == 3
+    assert read_table(settings.home / "variant_rejects.parquet").query("reason_code == 'no_generator'").empty
 
 
 def generate(settings, shards: int) -> tuple[dict, dict[str, bytes]]:

@@ -128,11 +128,22 @@ def test_adding_a_seed_does_not_change_the_variants_of_the_others(seeds: list[di
     assert [v for v in together.tasks if v["task_id"] not in first] == alone.tasks
 
 
-def test_a_family_without_a_generator_is_a_reject_row(seeds: list[dict[str, Any]]) -> None:
-    seed = {**seeds[0], "family": "triage"}
-    result = generate_variants([seed], per_seed=N, random_seed=0)
+def test_a_family_without_a_generator_borrows_its_verifiers_or_is_a_reject_row() -> None:
+    conversion = _task(
+        "unit_conversion", "How many grams are in 1.25 kilograms?", "numeric_answer", {"answer": 1250},
+        "1.25 * 1000 = 1250 grams.\n#### 1250",
+    )  # fmt: skip
+    borrowed = generate_variants([conversion], per_seed=N, random_seed=0)
+    assert (len(borrowed.tasks), borrowed.rejects) == (N, [])
+    assert {v["lineage"]["generator"]["name"] for v in borrowed.tasks} == {"arithmetic_resample"}
+    assert {v["family"] for v in borrowed.tasks} == {"unit_conversion"}
+
+    triage = _task("triage", "Which team owns the storage alert?", "text_answer", {"answers": ["storage"]}, "storage")
+    result = generate_variants([triage], per_seed=N, random_seed=0)
     assert result.tasks == []
-    assert [r["reason_code"] for r in result.rejects] == ["no_generator"]
+    [reject] = result.rejects
+    assert reject["reason_code"] == "no_generator"
+    assert "'triage' or its verifier 'text_answer'" in reject["reason"] and "LLM rewrites" in reject["reason"]
 
 
 # --- unit cases per family: the sanity rejects ---------------------------------------------------------------

@@ -298,6 +298,28 @@ class NumericAnswer(Verifier):
                 problems.append(f"{exc} (/verifier/params/answer)")
         return problems
 
+    def answer_params(self, answer: Any) -> dict[str, Any]:
+        """`{"answer": n}` from a number, a numeric string (`'1,234.50'`), or a worked solution's final answer
+        (GSM8K's `... #### 72`, a `\\boxed{}` value, `The answer is 72`); n is an int, an exact float, or `'1/3'`.
+
+        Example:
+            >>> NumericAnswer().answer_params("48/2 = 24 in May, 48+24 = 72 in all.\\n#### 72")
+            {'answer': 72}
+        """
+        if isinstance(answer, int | float) and not isinstance(answer, bool):
+            return {"answer": _plain(parse_number(answer))}
+        text = str(answer if answer is not None else "").strip()
+        try:
+            return {"answer": _plain(parse_number(text))}
+        except NumberFormatError:
+            found = find_final_answer(text)
+        if found is None or len(found) != 1:
+            raise NumberFormatError(
+                f"no single final number in the answer {text[:80]!r}; give a number, or a solution that ends "
+                "with '#### <number>'"
+            )
+        return {"answer": _plain(found[0])}
+
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
         expected = parse_number(params["answer"])
         rel_tol = float(params.get("rel_tol", DEFAULT_REL_TOL))
@@ -332,6 +354,13 @@ class NumericAnswer(Verifier):
             HackProbe("hedge_in_box", f"\\boxed{{{gold}, {above}}}"),
             HackProbe("hedge_unmarked", f"It is either {above} or {gold}."),
         ]
+
+
+def _plain(value: Fraction) -> int | float | str:
+    """A value as a task file writes it: an int, a float that reads back exactly, else `'n/d'`."""
+    if value.denominator == 1:
+        return value.numerator
+    return float(value) if Fraction(repr(float(value))) == value else f"{value.numerator}/{value.denominator}"
 
 
 def _wrong_value(params: Mapping[str, Any]) -> Fraction:

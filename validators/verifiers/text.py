@@ -113,6 +113,18 @@ class TextAnswer(Verifier):
             problems.append("every accepted answer must be one of the choices (/verifier/params/choices)")
         return problems
 
+    def answer_params(self, answer: Any) -> dict[str, Any]:
+        """`{"answers": [answer]}`: the cell's text as the one accepted answer.
+
+        Example:
+            >>> TextAnswer().answer_params(" Paris ")
+            {'answers': ['Paris']}
+        """
+        text = str(answer if answer is not None else "").strip()
+        if not normalize_answer(text):
+            raise ValueError(f"the answer {text!r} is empty once normalised")
+        return {"answers": [text]}
+
     def check(self, params: Mapping[str, Any], completion: Completion, context: VerifyContext) -> Verdict:
         found = final_answer(completion.text)
         if found is None:
