@@ -76,12 +76,14 @@ def build_judge_calibration(severity: dg.AssetCheckSeverity) -> dg.AssetsDefinit
     ):  # no return annotation: with a check spec the op has two outputs, and Dagster reads annotations per output
         """The judge's agreement with human labels on the audit set, and with itself over repeated samples."""
         items = calibration_sample(load_audit_set(seeds.folder / AUDIT_DIR), judge.calibration_per_family)
+        context.log.info(f"judging {len(items)} labelled audit items, {judge.calibration_samples} samples each")
         run = judge_tasks(
             [item.as_task() for item in items],
             client=llm.client(),
             rule=judge.rule(),
             samples=judge.calibration_samples,
             params={"temperature": judge.calibration_temperature},
+            progress=progress_logger(context, "calibration judgments"),
         )
         calibration = calibrate(run.judgments, audit_labels(items))
         consistency = self_consistency(run.judgments)

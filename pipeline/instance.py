@@ -23,12 +23,17 @@ PROCESS_TAG = "seedwheel/process"
 GENERATED = "# Written by seedwheel (pipeline/instance.py) from its settings; remove this line to keep your edits.\n"
 # Offline machines must not try to send telemetry. The run queue (the daemon, which `dagster dev` starts) holds a
 # second run of an exclusive kind (two nightly regenerations) until the first ends, and the `gpu` pool runs one
-# training step at a time.
+# training step at a time. The packages' own progress lines (prompts sampled, episode turns, LLM batches, model
+# servers started) go to the run's log as they come, so a long step is seen to move in the UI and the terminal.
+MANAGED_LOGGERS = ("training", "llm", "judge", "generators", "curation", "validators", "failures", "simulation")
 INSTANCE_YAML = f"""\
 telemetry:
   enabled: false
 nux:
   enabled: false
+python_logs:
+  python_log_level: INFO
+  managed_python_loggers: [{", ".join(MANAGED_LOGGERS)}]
 concurrency:
   pools:
     default_limit: 1

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from core.shards import shard_of
+from pipeline.instance import open_instance
 from pipeline.runs import materialize
 from tests.fake_server import FakeOpenAIServer
 from validators.registry import VerifyContext
@@ -109,3 +110,15 @@ def test_three_shards_label_as_one_step(settings, judge_server, planted):
         assert (meta["judged"], meta["llm_calls_made"], meta["llm"]["judgments"]) == (6, 6, 6)
     assert three_meta["rejudged"] == "judge model judge-a -> judge-b"  # the history is written once, by the merge
     assert not list((settings.home / "steps").iterdir()), "the merged shards' scratch was left behind"
+
+
+def test_calibration_says_when_it_starts_and_counts_its_judgments_as_they_come(settings, judge_server):
+    settings = dataclasses.replace(settings, llm_base_url=judge_server.base_url, llm_model="judge-a")
+    summary = materialize(settings, "judge_calibration")
+    assert summary.success, summary.failures
+    with open_instance(settings) as instance:
+        lines = [entry.user_message for entry in instance.all_logs(summary.run_id) if entry.step_key]
+    [start] = [i for i, line in enumerate(lines) if line.startswith("judging ") and "labelled audit items" in line]
+    counts = [line for line in lines[start:] if line.startswith("calibration judgments: ")]
+    judgments = len(read_table(settings.home / "judge_calibration.parquet"))  # one per audit item and sample
+    assert len(counts) >= 2 and counts[-1] == f"calibration judgments: {judgments}/{judgments}", counts

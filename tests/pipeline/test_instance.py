@@ -1,12 +1,15 @@
 """The Dagster instance seedwheel writes: its dagster.yaml follows the settings, and with the production database
 its runs live in PostgreSQL."""
 
+import logging
 from dataclasses import replace
 
+import dagster as dg
 import psycopg2
 import pytest
 
 from core.database import DatabaseUnavailable
+from core.signals import dispositions_kept
 from pipeline.instance import GENERATED, open_instance
 from pipeline.runs import materialize
 from tests.services import free_port, fresh_database
@@ -45,3 +48,16 @@ def test_runs_are_recorded_in_the_database(settings, postgres_url):
         cursor.execute("SELECT status FROM runs WHERE run_id = %s", (summary.run_id,))
         assert cursor.fetchone() == ("SUCCESS",)
     assert not list(settings.dagster_home.glob("**/*.db"))
+
+
+def test_the_packages_progress_lines_reach_the_runs_log(settings):
+    @dg.asset
+    def sampled() -> None:
+        logging.getLogger("training.evaluation").info("sampled %d/%d prompts", 3, 8)
+        logging.getLogger("elsewhere").info("not a seedwheel package")
+
+    with open_instance(settings) as instance, dispositions_kept():
+        result = dg.materialize([sampled], instance=instance)
+        messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert "sampled 3/8 prompts" in messages
+    assert "not a seedwheel package" not in messages
