@@ -276,7 +276,9 @@ def _check_spec(spec: ImportSpec, output: Path) -> Verifier:
     return verifier
 
 
-class _RowProblem(Exception):
+class _RowProblem(SeedwheelError):
+    """A row that cannot become a seed; caught per row and listed with its reason and fix, never raised past import."""
+
     def __init__(self, problem: Problem) -> None:
         super().__init__(str(problem))
         self.problem = problem

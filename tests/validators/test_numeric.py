@@ -80,6 +80,15 @@ def judge(answer, text, **params):
         (0, "#### 0.0000001"),
         # A date is not a number, so the answer before it stands.
         (12, "#### 12 (computed 3/4/2024)"),
+        # A unit's exponent is not the answer: the number before the unit is.
+        (25, "The area is 25 m^2."),
+        (25, "Area: 5*5 = 25 cm^{2}"),
+        (25, "5**2 = 25 m**2"),
+        # A marker that states an equation: the answer is its result, not its first operand.
+        (7, "The answer is 3 + 4 = 7."),
+        (18, "#### 2 x 9 = $18"),
+        # A bracketed explanation after the answer is not an alternative.
+        (18, "#### 18 (9 eggs at 2 each)"),
     ],
 )
 def test_accepts(answer, text):
@@ -164,6 +173,10 @@ def test_rejects(answer, text, reason):
         "**Answer:** **72** or **73**",
         # Percentages.
         "The discount is 72% or 73%.",
+        # An alternative offered as an aside in brackets.
+        "#### 72 (or 73)",
+        "The answer is 72 (maybe 73).",
+        "#### 72 [alternatively 73]",
     ],
 )
 def test_hedges_are_ambiguous(text):
@@ -217,6 +230,7 @@ def test_hack_probes_fail(params):
         "hedge_list",
         "hedge_phrase",
         "hedge_boxes",
+        "hedge_aside",
         "hedge_in_box",
         "hedge_unmarked",
     }

@@ -6,20 +6,23 @@ How the final answer is found, in order:
    A marker counts only when a number follows it directly (formatting such as `**`, `:`, `$`, `\\(` may sit
    between), so "Let me find the answer: first, 16 - 3 = 13" is not a marker. When several markers occur, the
    LAST one wins, whatever its kind: models restate and correct themselves, and the last statement is the
-   answer. A marker inside a quotation still counts (we cannot tell quoting from answering reliably).
+   answer. A marker inside a quotation still counts (we cannot tell quoting from answering reliably). A marker
+   followed by an equation names its result: "The answer is 3 + 4 = 7" answers 7, not 3.
 2. No marker: the last number in the text.
 
 The final answer must be ONE number (`ambiguous_answer` otherwise): a hedge joins it to another number on
 either side with `or`, `and`, `,`, `;`, `/`, `to`, `vs` or bare spaces, after at most three words of unit and
 closing formatting, and with any opening formatting or marker before the other number. So `#### 72 or 73`,
 `#### 72, 73, 74`, "the answer is 72 or 73", `\\boxed{72} or \\boxed{73}`, `\\boxed{72, 73}` and "either 72 or
-73" are ambiguous, while an explanation after the answer ("18 dollars (9 eggs at $2)", "18, since 9 * 2 = 18")
-is not an alternative, and `1,234` is one number where `1, 234` is two.
+73" are ambiguous, and so is an aside that offers another number (`#### 72 (or 73)`, `72 [maybe 73]`), while an
+explanation after the answer ("18 dollars (9 eggs at $2)", "18, since 9 * 2 = 18") is not an alternative, and
+`1,234` is one number where `1, 234` is two.
 
 Numbers may carry a sign, a `$`, thousands separators (`1,234.50`), a fraction (`3/4`, `1 1/2`, `\\frac{3}{4}`),
-an exponent (`1e-3`), a trailing `%` or "percent" and trailing units ("18 dollars"). A percentage matches when
-either its number or its number / 100 matches (`25%` answers both 25 and 0.25). `rel_tol` absorbs rounding of
-decimals and fractions; two integers compare exactly (an off-by-one in a large count is wrong, not rounding).
+an exponent (`1e-3`), a trailing `%` or "percent" and trailing units ("18 dollars"); a unit's exponent (`25 m^2`,
+`m**2`, `cm^{2}`) is not a number. A percentage matches when either its number or its number / 100 matches
+(`25%` answers both 25 and 0.25). `rel_tol` absorbs rounding of decimals and fractions; two integers compare
+exactly (an off-by-one in a large count is wrong, not rounding).
 With a marker, numbers elsewhere (the reasoning, a check after the answer) are ignored.
 """
 
@@ -39,7 +42,7 @@ DEFAULT_REL_TOL = 1e-6
 
 _NUMBER = re.compile(
     r"""
-    (?<![\w./])                                    # not the tail of a word, a decimal or a date
+    (?<![\w./^])(?<!\^\{)(?<![\w)]\*\*)           # not the tail of a word, a decimal, a date or an exponent
     (?P<neg>[-\u2212](?=\s?\$?\s?[\d.]))?           # a minus sign (ASCII or Unicode) right before the number
     \$?\s?
     (?:
@@ -60,6 +63,8 @@ _PHRASE_MARKER = re.compile(r"\banswer\b(?:\s*\*\*)?\s*(?:is\b|:|=)", re.IGNOREC
 # The box's content may hold one level of braces (`\text{...}`); the regex is linear per match attempt, so
 # `\boxed{\boxed{...` spam cannot make extraction quadratic.
 BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+# After a marker's number, arithmetic up to an `=`: the number after it is the answer (`3 + 4 = 7`, `2 x 9 = $18`).
+_WORKING = re.compile(r"(?:[ \t]*[-+*/x\u00d7\u00f7][ \t]*\$?[\d.,]+)+[ \t]*=[ \t]*(?=[-\u2212$\d.])")
 # A markdown heading like "#### 2. Compute the total" numbers a step; it is not an answer.
 _STEP_NUMBER = re.compile(r"[.)]\s+[A-Za-z]")
 
@@ -68,13 +73,13 @@ _STEP_NUMBER = re.compile(r"[.)]\s+[A-Za-z]")
 _CLOSE = r"(?:\*\*|\$|\\\)|\\\]|\}|`|%)"
 _UNIT = r"[A-Za-z][A-Za-z'-]*"
 _JOIN = r"(?:,|;|/|&|\bor\b|\band\b|\bnor\b|\bto\b|\bvs\b\.?|\bversus\b)"
-_OPEN = (
-    r"(?:\*\*|\$|`|\\\(|\\\[|\\(?:boxed|fbox)\s*\{|####|\banswer\b\s*(?:is\b|:|=)?"
-    r"|\b(?:either|maybe|perhaps|possibly|probably)\b)"
-)
+_HEDGE_WORD = r"\b(?:either|maybe|perhaps|possibly|probably|alternatively)\b"
+_OPEN = rf"(?:\*\*|\$|`|\\\(|\\\[|\\(?:boxed|fbox)\s*\{{|####|\banswer\b\s*(?:is\b|:|=)?|{_HEDGE_WORD})"
+# An aside in brackets that offers another number: `18 (or 19)`, `18 [maybe 19]`; a bare bracketed number explains.
+_ASIDE = rf"[ \t]*[(\[][ \t]*(?:{_JOIN}|{_HEDGE_WORD})"
 _LINK = (
-    rf"(?:{_CLOSE})*(?:(?:[ \t]+{_UNIT}){{0,3}}?(?:[ \t]*{_CLOSE})*(?:[ \t]*{_JOIN}){{1,2}}[ \t]*|[ \t]+)"
-    rf"(?:{_OPEN}[ \t]*)*"
+    rf"(?:{_CLOSE})*(?:(?:[ \t]+{_UNIT}){{0,3}}?(?:[ \t]*{_CLOSE})*(?:(?:[ \t]*{_JOIN}){{1,2}}[ \t]*|{_ASIDE}[ \t]*)"
+    rf"|[ \t]+)(?:{_OPEN}[ \t]*)*"
 )
 # Matched at the end of the final number / searched for at the end of the text before it (a bounded window,
 # so a long completion costs no more than a short one).
@@ -153,6 +158,9 @@ def _number_right_after(text: str, pos: int, *, reject_step: bool = False) -> _A
     match = _NUMBER.match(text, pos)
     if match is not None and reject_step and _STEP_NUMBER.match(text, match.end()):
         return None
+    # "The answer is 3 + 4 = 7": the marker states an equation, and the answer is its result.
+    while match is not None and (equals := _WORKING.match(text, match.end())) is not None:
+        match = _NUMBER.match(text, equals.end())
     return _number_at(text, match)
 
 
@@ -353,6 +361,7 @@ class NumericAnswer(Verifier):
             HackProbe("hedge_boxes", f"\\boxed{{{above}}} or \\boxed{{{gold}}}"),
             HackProbe("hedge_in_box", f"\\boxed{{{gold}, {above}}}"),
             HackProbe("hedge_unmarked", f"It is either {above} or {gold}."),
+            HackProbe("hedge_aside", f"#### {gold} (or maybe {above})"),
         ]
 
 
