@@ -29,6 +29,7 @@ COPY judge judge
 COPY training training
 COPY assets assets
 COPY simulation simulation
+COPY interop interop
 COPY resources resources
 COPY pipeline pipeline
 COPY seeds seeds

@@ -16,7 +16,7 @@ from tests.paths import REPO
 # Every first-party package, bottom layer first (pyproject.toml's import-linter layers).
 PACKAGES = (
     *("core", "llm", "validators"),
-    *("curation", "judge", "failures", "generators", "training"),
+    *("curation", "judge", "failures", "interop", "generators", "training"),
     *("assets", "simulation", "pipeline"),
 )
 EXAMPLE = re.compile(r"^\s*>>> ", re.MULTILINE)
