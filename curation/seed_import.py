@@ -34,6 +34,7 @@ from validators.registry import REGISTRY, UnknownVerifierError, Verifier, Verify
 from validators.seeds import (
     DATA_SUFFIXES,
     SEED_SUFFIXES,
+    SOURCE_TAG,
     SeedProblem,
     SeedRecord,
     SeedSet,
@@ -42,8 +43,6 @@ from validators.seeds import (
 )
 from validators.tables import write_jsonl
 from validators.tasks import Problem
-
-SOURCE_TAG = "source"
 
 
 class SeedImportError(SeedwheelError, ValueError):
@@ -247,6 +246,35 @@ def import_seeds(
             problems.append(SeedProblem(str(source), number, exc.problem))
             continue
         records.append(SeedRecord(str(source), number, spec.family, raw))
+    return write_seeds(records, problems, output, context=context)
+
+
+def write_seeds(
+    records: Sequence[SeedRecord],
+    problems: Sequence[SeedProblem],
+    output: Path,
+    *,
+    context: VerifyContext | None = None,
+) -> ImportReport:
+    """Check converted rows as `seeds validate` does and write the valid ones, in source order, atomically.
+
+    The second half of every import (`import_seeds`, and other formats' readers such as NeMo Gym rows'): each seed
+    is checked against the others and the other seed files in the output's folder.
+
+    Args:
+        records: the rows that became seed records.
+        problems: the rows that did not, each located with its reason and fix.
+        output: the seed file to write (`seeds/<family>/<name>.jsonl`).
+        context: where verifier fixtures resolve.
+
+    Returns:
+        The report: rows, seeds written, and every problem in line order.
+
+    Raises:
+        SeedImportError: the output is not a `.jsonl` file in the folder of the records' family.
+    """
+    for family in sorted({record.family for record in records}):
+        check_output(output, family)
     checked = check_seed_records(records, context=context, known=_taken(output, context))
     kept = {task["origin"] for task in checked.tasks}
     if kept:
@@ -255,14 +283,23 @@ def import_seeds(
     return ImportReport(output, len(records) + len(problems), len(kept), located, len(problems) + len(checked.rejects))
 
 
-def _check_spec(spec: ImportSpec, output: Path) -> Verifier:
+def check_output(output: Path, family: str) -> None:
+    """Refuse a seed file path that does not end in `.jsonl` or whose folder is not the family's.
+
+    Raises:
+        SeedImportError: with the path to use instead.
+    """
     if output.suffix != ".jsonl":
         raise SeedImportError(f"-o {output}: a seed file to write ends in .jsonl")
-    if output.parent.name != spec.family:
+    if output.parent.name != family:
         raise SeedImportError(
-            f"-o {output}: its folder names the family, so family {spec.family!r} goes in "
-            f"{output.parent.parent / spec.family / output.name}"
+            f"-o {output}: its folder names the family, so family {family!r} goes in "
+            f"{output.parent.parent / family / output.name}"
         )
+
+
+def _check_spec(spec: ImportSpec, output: Path) -> Verifier:
+    check_output(output, spec.family)
     try:
         verifier = REGISTRY.get(spec.verifier)
     except UnknownVerifierError as exc:

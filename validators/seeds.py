@@ -28,6 +28,8 @@ DATA_SUFFIXES = (".csv", ".tsv", ".parquet", ".json")
 AUDIT_DIR = "audit"
 # Folders under seeds/ that hold other curated data, not seed tasks.
 NON_SEED_DIRS = frozenset({AUDIT_DIR})
+# The tag an imported seed carries to name its source file and row: `source:<name>:<row>`.
+SOURCE_TAG = "source"
 
 
 @dataclass(frozen=True)
