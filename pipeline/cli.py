@@ -18,6 +18,7 @@ from core.signals import stoppable
 from pipeline.settings import PROFILES, Settings
 
 if TYPE_CHECKING:
+    from curation.seed_import import ImportReport
     from pipeline.runs import RunSummary
 
 UI_HOST = "127.0.0.1"
@@ -191,8 +192,21 @@ def _json_value(text: str) -> object:
 @seeds.command("import")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--family", required=True, help="The family the seeds join (their folder under seeds/).")
-@click.option("--prompt", "prompt", required=True, help="The user message, over the row's columns: '{question}'.")
-@click.option("--verifier", required=True, help="The registered verifier that checks each seed, e.g. numeric_answer.")
+@click.option(
+    "--from",
+    "source_format",
+    type=click.Choice(["columns", "nemo-gym"]),
+    default="columns",
+    show_default=True,
+    help="columns: a table whose columns --prompt/--answer name; nemo-gym: NeMo Gym rows (docs/interop.md).",
+)
+@click.option("--prompt", "prompt", default=None, help="The user message, over the row's columns: '{question}'.")
+@click.option(
+    "--verifier",
+    default=None,
+    help="The registered verifier that checks each seed, e.g. numeric_answer (--from nemo-gym: of expected_answer "
+    "rows, default math_answer).",
+)
 @click.option("--answer", default=None, help="The gold answer's column: the verifier's params come from it.")
 @click.option("--reference", default=None, help="The known-good answer's column (default: the --answer column).")
 @click.option("--system", default=None, help="A system message before each prompt.")
@@ -217,11 +231,18 @@ def _json_value(text: str) -> object:
     default=None,
     help="Also write the rows not converted, with their reasons, to this JSONL file.",
 )
+@click.option(
+    "--rollouts",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="--from nemo-gym: NeMo Gym rollouts of the rows; a passing answer is the reference of a row without one.",
+)
 def seeds_import(
     source: Path,
     family: str,
-    prompt: str,
-    verifier: str,
+    source_format: str,
+    prompt: str | None,
+    verifier: str | None,
     answer: str | None,
     reference: str | None,
     system: str | None,
@@ -233,14 +254,53 @@ def seeds_import(
     limit: int | None,
     output: Path | None,
     rejects: Path | None,
+    rollouts: Path | None,
 ) -> None:
-    """Convert a CSV, JSONL, Parquet file or saved `datasets` folder into a seed file; exit 1 if a row is left out."""
+    """Convert a CSV, JSONL, Parquet file, saved `datasets` folder or NeMo Gym rows into a seed file; exit 1 if a row
+    is left out."""
     from curation.seed_import import ImportSpec, import_seeds
     from validators.registry import VerifyContext
-    from validators.tables import write_jsonl
 
     settings = Settings.from_env()
     settings.register_verifier_plugins()
+    output = output or settings.seeds_dir / family / f"{source.stem}.jsonl"
+    context = VerifyContext(seeds_dir=settings.seeds_dir)
+    if source_format == "nemo-gym":
+        columns_only = {
+            "--prompt": prompt,
+            "--answer": answer,
+            "--reference": reference,
+            "--system": system,
+            "--param": params,
+            "--param-from": param_from,
+            "--split": split,
+        }
+        given = [name for name, value in columns_only.items() if value]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: not for --from nemo-gym (each row holds its prompt and gold)")
+        from curation.seed_import import write_seeds
+        from interop.nemo_gym import DEFAULT_ANSWER_VERIFIER, read_seed_records
+
+        with seedwheel_errors(usage=True):
+            found = read_seed_records(
+                source,
+                family=family,
+                answer_verifier=verifier or DEFAULT_ANSWER_VERIFIER,
+                rollouts=rollouts,
+                tags=tags,
+                source_name=source_name,
+                limit=limit,
+                context=context,
+            )
+            report = write_seeds(found.records, found.problems, output, context=context)
+        _echo_import(report, rejects)
+        return
+    if rollouts is not None:
+        raise click.UsageError("--rollouts: only for --from nemo-gym")
+    missing = [name for name, value in (("--prompt", prompt), ("--verifier", verifier)) if value is None]
+    if missing:
+        raise click.UsageError(f"Missing option {', '.join(repr(name) for name in missing)}.")
+    assert prompt is not None and verifier is not None
     spec = ImportSpec(
         family=family,
         prompt=prompt,
@@ -253,11 +313,15 @@ def seeds_import(
         tags=tags,
         source=source_name,
     )
-    output = output or settings.seeds_dir / family / f"{source.stem}.jsonl"
     with seedwheel_errors(usage=True):
-        report = import_seeds(
-            source, spec, output, split=split, limit=limit, context=VerifyContext(seeds_dir=settings.seeds_dir)
-        )
+        report = import_seeds(source, spec, output, split=split, limit=limit, context=context)
+    _echo_import(report, rejects)
+
+
+def _echo_import(report: ImportReport, rejects: Path | None) -> None:
+    """An import's problems (and --rejects file) and its one-line summary; exit 1 when a row was left out."""
+    from validators.tables import write_jsonl
+
     for problem in report.problems:
         click.echo(str(problem))
     if rejects is not None:
@@ -792,3 +856,42 @@ def serve(model: str | None, host: str, port: int, max_batch: int, device: str, 
 
     config = ServerConfig(model=model, host=host, port=port, device=device, threads=threads, max_batch=max_batch)
     serve_model(config, on_loaded=announce)
+
+
+@main.command("reward-server")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0: any free port.")
+@click.option(
+    "--tasks",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Task records (as `seedwheel verify` reads them) for requests that name a task_id without a verifier.",
+)
+@click.option(
+    "--answer-verifier", default="math_answer", show_default=True, help="The verifier of expected_answer rows."
+)
+@seedwheel_errors(usage=True)
+def reward_server(host: str, port: int, tasks: Path | None, answer_verifier: str) -> None:
+    """Answer NeMo Gym's POST /verify with seedwheel's verifiers until Ctrl-C or SIGTERM (docs/interop.md).
+
+    The reward is the score `seedwheel verify` gives the same completion; a request that cannot be scored gets a
+    4xx with one line of reason.
+    """
+    import logging
+
+    from interop.reward_server import RewardServerConfig, load_task_index
+    from interop.reward_server import serve as serve_rewards
+    from validators.registry import VerifyContext
+
+    settings = Settings.from_env()
+    settings.register_verifier_plugins()
+    context = VerifyContext(seeds_dir=settings.seeds_dir)
+    config = RewardServerConfig(
+        host=host, port=port, tasks=load_task_index(tasks, context), answer_verifier=answer_verifier, context=context
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def announce(url: str) -> None:
+        click.echo(f"seedwheel reward-server: POST {url}/verify (Ctrl-C or SIGTERM stops it)")
+
+    serve_rewards(config, on_ready=announce)
