@@ -28,6 +28,7 @@ from typing import Any
 from training.checkpoints import metrics_callback, save_final
 from training.episodes import assistant_tokens, chat_messages
 from training.preferences import EvalLeakError, PreferenceDataError
+from training.tracking import TrackedRun, TrackingConfig, attach_tensorboard, report_to, training_run
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class DPOResult:
         train_rows: pairs trained on.
         metrics: every logged metrics dict, in order (`loss`, `rewards/margins`, `rewards/accuracies`, ...).
         train_seconds: wall time of `trainer.train()`.
+        tracked: the MLflow run and TensorBoard folder it reported to (`training.tracking`); None: not tracked.
     """
 
     checkpoint_dir: Path
@@ -47,6 +49,7 @@ class DPOResult:
     train_rows: int
     metrics: list[dict[str, Any]]
     train_seconds: float
+    tracked: TrackedRun | None = None
 
 
 def run_dpo(
@@ -62,6 +65,7 @@ def run_dpo(
     seed: int = 0,
     on_metrics: Callable[[dict[str, Any]], None] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    tracking: TrackingConfig | None = None,
 ) -> DPOResult:
     """Train with TRL's DPO loss on preference pairs, against the starting model as reference.
 
@@ -80,6 +84,8 @@ def run_dpo(
         seed: seed for data order and dropout.
         on_metrics: called with each logged metrics dict as training goes.
         overrides: any `trl.DPOConfig` fields, applied last.
+        tracking: report to MLflow and TensorBoard (`training.tracking.training_run`; the run is named by the
+            `run_name` override, else by the output folder); None: `report_to=[]`.
 
     Returns:
         A `DPOResult`.
@@ -107,10 +113,8 @@ def run_dpo(
             f"({learning_rate}) > 0"
         )
 
-    from datasets import Dataset
     from transformers import AutoTokenizer
-    from trl import DPOConfig, DPOTrainer
-    from trl.trainer.dpo_trainer import DataCollatorForPreference
+    from trl import DPOConfig
 
     from training.grpo import runtime_defaults
 
@@ -145,6 +149,27 @@ def run_dpo(
             row[f"{side}_mask"] = assistant_tokens(tokenizer, row["prompt"], row[side])[1]
     config.remove_unused_columns = False  # the masks reach the collator
     callback = metrics_callback(on_metrics)
+    with training_run(tracking, output, stage="dpo", name=config.run_name or output.name) as tracked:
+        config.report_to = report_to(config.report_to, tracked)
+        trainer, seconds = _train(model_name, config, rows, tokenizer, callback, tracked)
+    return DPOResult(
+        checkpoint_dir=save_final(trainer, tokenizer, output, use_lora=False),
+        steps=trainer.state.global_step,
+        train_rows=len(rows),
+        metrics=list(callback.history),
+        train_seconds=seconds,
+        tracked=tracked,
+    )
+
+
+def _train(
+    model_name: str, config: Any, rows: list[dict[str, Any]], tokenizer: Any, callback: Any, tracked: TrackedRun | None
+) -> tuple[Any, float]:
+    """Build the DPO trainer on `rows` and train; returns it and the training's wall time."""
+    from datasets import Dataset
+    from trl import DPOTrainer
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
     trainer = DPOTrainer(
         model=model_name,
         args=config,
@@ -164,16 +189,10 @@ def run_dpo(
     # TRL's default collator comes with these; the model saved at the end should agree with its tokenizer.
     model: Any = trainer.model
     model.config.pad_token_id = model.generation_config.pad_token_id = tokenizer.pad_token_id
+    attach_tensorboard(trainer, tracked)
     started = time.perf_counter()
     trainer.train()
-    seconds = time.perf_counter() - started
-    return DPOResult(
-        checkpoint_dir=save_final(trainer, tokenizer, output, use_lora=False),
-        steps=trainer.state.global_step,
-        train_rows=len(rows),
-        metrics=list(callback.history),
-        train_seconds=seconds,
-    )
+    return trainer, time.perf_counter() - started
 
 
 @dataclass(frozen=True)

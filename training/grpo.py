@@ -55,6 +55,7 @@ from training.checkpoints import (
     save_final,
     train_resuming,
 )
+from training.tracking import TrackedRun, TrackingConfig, attach_tensorboard, report_to, training_run
 from validators.registry import REGISTRY, UnknownVerifierError
 from validators.rewards import VERIFIER_COLUMN, RewardConfigError, build_reward_funcs
 from validators.verifiers.episode import Episode
@@ -333,6 +334,7 @@ class GRPOResult:
         episode_end_reasons: how the episodes played for training ended (`training.grpo_episodes`); empty
             when the split holds no episode task.
         episode_tool_calls: tool calls those episodes made.
+        tracked: the MLflow run and TensorBoard folder it reported to (`training.tracking`); None: not tracked.
     """
 
     checkpoint_dir: Path
@@ -345,6 +347,7 @@ class GRPOResult:
     train_seconds: float = 0.0
     episode_end_reasons: dict[str, int] = field(default_factory=dict)
     episode_tool_calls: int = 0
+    tracked: TrackedRun | None = None
 
     @property
     def filtered_rows(self) -> int:
@@ -376,6 +379,7 @@ class GRPOResult:
             "train_seconds": round(self.train_seconds, 3),
             "episode_end_reasons": self.episode_end_reasons,
             "episode_tool_calls": self.episode_tool_calls,
+            "tracked": self.tracked.summary() if self.tracked else None,
         }
 
 
@@ -558,6 +562,7 @@ def run_grpo(
     config: GRPOConfig,
     *,
     on_metrics: MetricsSink | None = None,
+    tracking: TrackingConfig | None = None,
 ) -> GRPOResult:
     """Train with GRPO on `config.train_file`, rewarded by the verifier registry; resume when checkpoints exist.
 
@@ -566,6 +571,8 @@ def run_grpo(
             model object, so that `beta > 0` can load the reference model from it.
         config: a `SeedwheelGRPOConfig` (`output_dir` and `train_file` set).
         on_metrics: called with each logged metrics dict as training goes (see `metrics_callback`).
+        tracking: report to MLflow and TensorBoard (`training.tracking.training_run`; the run is named by
+            `config.run_name`, else by the output folder); None: `config.report_to` as given.
 
     Returns:
         A `GRPOResult`; the model and tokenizer are in `result.checkpoint_dir` (`<output_dir>/final`).
@@ -629,27 +636,30 @@ def run_grpo(
     if resume is not None:
         logger.info("Resuming GRPO from %s", resume)
     callback = metrics_callback(on_metrics)
-    trainer = GRPOTrainer(
-        model=model_name,
-        reward_funcs=list(reward_funcs),  # as TRL's list of reward callables (a list's item type is fixed)
-        args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[callback],
-        peft_config=lora_config(config),
-        rollout_func=rollouts,
-    )
-    logger.info(
-        "GRPO: %d rows (%d filtered), rewards %s, weights %s, max_steps=%s",
-        len(dataset),
-        len(filtered),
-        [f.__name__ for f in reward_funcs],
-        weights,
-        config.max_steps,
-    )
-    started = time.perf_counter()
-    train_resuming(trainer, resume)
-    seconds = time.perf_counter() - started
+    with training_run(tracking, output_dir, stage="grpo", name=config.run_name or output_dir.name) as tracked:
+        config.report_to = report_to(config.report_to, tracked)
+        trainer = GRPOTrainer(
+            model=model_name,
+            reward_funcs=list(reward_funcs),  # as TRL's list of reward callables (a list's item type is fixed)
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[callback],
+            peft_config=lora_config(config),
+            rollout_func=rollouts,
+        )
+        attach_tensorboard(trainer, tracked)
+        logger.info(
+            "GRPO: %d rows (%d filtered), rewards %s, weights %s, max_steps=%s",
+            len(dataset),
+            len(filtered),
+            [f.__name__ for f in reward_funcs],
+            weights,
+            config.max_steps,
+        )
+        started = time.perf_counter()
+        train_resuming(trainer, resume)
+        seconds = time.perf_counter() - started
     final = save_final(trainer, tokenizer, output_dir, config.use_lora)
     steps = trainer.state.global_step
     logger.info("GRPO done: %d steps in %.1f s; model in %s", steps, seconds, final)
@@ -664,6 +674,7 @@ def run_grpo(
         train_seconds=seconds,
         episode_end_reasons=dict(rollouts.end_reasons) if rollouts else {},
         episode_tool_calls=rollouts.tool_calls if rollouts else 0,
+        tracked=tracked,
     )
 
 

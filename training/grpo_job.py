@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from core import SeedwheelError
 from training.checkpoints import KEEP_CHECKPOINTS
 from training.grpo import GRPOResult, cpu_defaults, grpo_config_class, run_grpo, runtime_defaults
+from training.tracking import TrackedRun, TrackingConfig, TrackingConfigError
 from validators.export import export_split
 from validators.tables import atomic_write
 
@@ -91,6 +92,7 @@ class GRPOJobConfig:
         train_file: the exported train Parquet.
         runtime: `auto`, `cpu` or `none`: which machine defaults go under `grpo`.
         grpo: `SeedwheelGRPOConfig` fields.
+        tracking: where the run reports (MLflow, TensorBoard: `training.tracking`); None: nowhere.
 
     Example:
         >>> GRPOJobConfig.from_mapping({"model_path": "m", "output_dir": "o", "train_file": "t.parquet"}).runtime
@@ -102,6 +104,7 @@ class GRPOJobConfig:
     train_file: str
     runtime: Runtime = "auto"
     grpo: dict[str, Any] = field(default_factory=dict)
+    tracking: TrackingConfig | None = None
 
     def __post_init__(self) -> None:
         empty = [name for name in _REQUIRED if not getattr(self, name)]
@@ -163,6 +166,9 @@ class GRPOJobConfig:
         grpo = raw.get("grpo", {})
         if not isinstance(grpo, Mapping):
             raise GRPOJobConfigError(f"{source}: 'grpo' must be an object of GRPO parameters")
+        tracking = raw.get("tracking")
+        if tracking is not None and not isinstance(tracking, Mapping):
+            raise GRPOJobConfigError(f"{source}: 'tracking' must be an object of TrackingConfig fields")
         try:  # the values are checked by the config itself
             return cls(
                 model_path=raw["model_path"],
@@ -170,9 +176,12 @@ class GRPOJobConfig:
                 train_file=raw["train_file"],
                 runtime=raw.get("runtime", "auto"),
                 grpo=dict(grpo),
+                tracking=None if tracking is None else TrackingConfig(**tracking),
             )
-        except GRPOJobConfigError as exc:
+        except (GRPOJobConfigError, TrackingConfigError) as exc:
             raise GRPOJobConfigError(f"{source}: {exc}") from None
+        except TypeError as exc:  # an unknown key in 'tracking'
+            raise GRPOJobConfigError(f"{source}: 'tracking': {exc}") from None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> GRPOJobConfig:
@@ -237,6 +246,7 @@ def write_job(
     model_path: str,
     runtime: Runtime,
     grpo: Mapping[str, Any],
+    tracking: TrackingConfig | None = None,
 ) -> tuple[GRPOJobConfig, Path]:
     """Write a job into its run folder: the tasks as `train.parquet` (and `.jsonl`), the config as `job.json`.
 
@@ -246,6 +256,7 @@ def write_job(
         model_path: the model directory to start from.
         runtime: which machine defaults go under `grpo`.
         grpo: `SeedwheelGRPOConfig` fields.
+        tracking: where the run reports (`training.tracking`); None: nowhere.
 
     Returns:
         The job config and the path of its file (written atomically), for `python -m training.grpo_job --config`.
@@ -257,6 +268,7 @@ def write_job(
         train_file=str(exported.parquet),
         runtime=runtime,
         grpo=dict(grpo),
+        tracking=tracking,
     )
     config_path = run_dir / "job.json"
     with atomic_write(config_path, "w") as handle:
@@ -332,6 +344,7 @@ class GRPOJobResult:
         train_seconds: wall time of training.
         episode_end_reasons: how the episodes played for training ended; empty without episode tasks.
         episode_tool_calls: tool calls those episodes made.
+        tracked: the MLflow run and TensorBoard folder the run reported to; None: not tracked.
 
     Example:
         >>> result = GRPOJobResult("runs/grpo/final", 2, 8, [], {"numeric_answer": [1]}, {}, 0.5, None, 3.2)
@@ -350,6 +363,7 @@ class GRPOJobResult:
     train_seconds: float
     episode_end_reasons: dict[str, int] = field(default_factory=dict)
     episode_tool_calls: int = 0
+    tracked: TrackedRun | None = None
 
     @property
     def filtered_rows(self) -> int:
@@ -364,12 +378,13 @@ class GRPOJobResult:
     @classmethod
     def from_run(cls, result: GRPOResult) -> GRPOJobResult:
         """The record of a finished in-process run (`training.grpo.run_grpo`)."""
-        summary = result.summary()
+        summary = {**result.summary(), "tracked": result.tracked}
         return cls(**{f.name: summary[f.name] for f in dataclasses.fields(cls)})
 
     def summary(self) -> dict[str, Any]:
         """Every field plus `filtered_rows`, JSON-ready: the last stdout line, and the `grpo_summary` message."""
-        return {**dataclasses.asdict(self), "filtered_rows": self.filtered_rows}
+        tracked = self.tracked.summary() if self.tracked else None
+        return {**dataclasses.asdict(self), "tracked": tracked, "filtered_rows": self.filtered_rows}
 
     def to_metadata(self) -> dict[str, Any]:
         """Asset metadata in `dagster_pipes` form (typed where inference would guess wrong), for
@@ -388,6 +403,9 @@ class GRPOJobResult:
             "train_seconds": {"raw_value": self.train_seconds, "type": "float"},
             "episode_end_reasons": {"raw_value": self.episode_end_reasons, "type": "json"},
             "episode_tool_calls": self.episode_tool_calls,
+            "tracked": {"raw_value": self.tracked.summary(), "type": "json"}
+            if self.tracked
+            else {"raw_value": None, "type": "null"},
         }
 
     @classmethod
@@ -423,6 +441,7 @@ class GRPOJobResult:
             train_seconds=float(_typed(values, "train_seconds", (int, float), "a number")),
             episode_end_reasons=dict(_typed(values, "episode_end_reasons", dict, "an object")),
             episode_tool_calls=_typed(values, "episode_tool_calls", int, "an integer"),
+            tracked=_tracked(_typed(values, "tracked", (dict, type(None)), "an object or null")),
         )
 
 
@@ -438,6 +457,15 @@ def _typed(values: Mapping[str, Any], name: str, kinds: type | tuple[type, ...],
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise GRPOJobResultError(f"the GRPO job's result has {name}={value!r}; expected {expected}")
     return value
+
+
+def _tracked(value: Mapping[str, Any] | None) -> TrackedRun | None:
+    if value is None:
+        return None
+    try:
+        return TrackedRun.from_summary(value)
+    except (KeyError, TypeError):
+        raise GRPOJobResultError(f"the GRPO job's result has tracked={value!r}; expected a run's summary") from None
 
 
 def _load_config(config_path: str | None, pipes: Any | None) -> GRPOJobConfig:
@@ -467,7 +495,7 @@ def _train(job_config_path: str | None, pipes: Any | None) -> tuple[int, GRPORes
     from training.grpo import GRPOConfigError, GRPODataError
 
     try:
-        result = run_grpo(job.model_path, config, on_metrics=on_metrics)
+        result = run_grpo(job.model_path, config, on_metrics=on_metrics, tracking=job.tracking)
     except (GRPOConfigError, GRPODataError) as exc:
         logger.error("cannot train: %s", exc)
         return EXIT_BAD_CONFIG, None

@@ -56,6 +56,7 @@ from training.checkpoints import (
 )
 from training.episodes import assistant_tokens, chat_messages, reference_turns
 from training.evaluation import is_episode
+from training.tracking import TrackedRun, TrackingConfig, attach_tensorboard, report_to, training_run
 from validators.registry import VerifyContext
 
 logger = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class SFTResult:
             `mean_token_accuracy`, `num_tokens`, `tokens_per_second`, ...; the last one has `train_runtime`).
         train_seconds: wall time of `trainer.train()`.
         resumed_from: the checkpoint this run resumed from, or None for a fresh start.
+        tracked: the MLflow run and TensorBoard folder it reported to (`training.tracking`); None: not tracked.
     """
 
     checkpoint_dir: Path
@@ -151,6 +153,7 @@ class SFTResult:
     metrics: list[dict[str, Any]]
     train_seconds: float
     resumed_from: str | None
+    tracked: TrackedRun | None = None
 
     def _values(self, key: str) -> list[Any]:
         return [record[key] for record in self.metrics if record.get(key) is not None]
@@ -178,6 +181,7 @@ class SFTResult:
             "tokens_per_second": tokens[-1] / self.train_seconds if tokens and self.train_seconds > 0 else None,
             "train_seconds": round(self.train_seconds, 3),
             "resumed_from": self.resumed_from,
+            "tracked": self.tracked.summary() if self.tracked else None,
         }
 
 
@@ -287,6 +291,7 @@ def run_sft(
     lora_alpha: float = 32.0,
     lora_dropout: float = 0.05,
     lora_target_modules: Sequence[str] | str = "all-linear",
+    tracking: TrackingConfig | None = None,
 ) -> SFTResult:
     """Supervised fine-tuning on the tasks' references (loss on the answer only); resume when checkpoints exist.
 
@@ -304,6 +309,8 @@ def run_sft(
         lora_alpha: LoRA alpha.
         lora_dropout: LoRA dropout.
         lora_target_modules: LoRA target modules, or `"all-linear"`.
+        tracking: report to MLflow and TensorBoard (`training.tracking.training_run`; the run is named by the
+            `run_name` override, else by the output folder); None: `report_to=[]`.
 
     Returns:
         An `SFTResult`; the model and tokenizer are in `result.checkpoint_dir` (`<output_dir>/final`).
@@ -382,24 +389,27 @@ def run_sft(
     if resume is not None:
         logger.info("Resuming SFT from %s", resume)
     callback = metrics_callback(on_metrics)
-    trainer = SFTTrainer(
-        model=model_name,
-        args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[callback],
-        peft_config=lora,
-    )
-    logger.info(
-        "SFT: %d examples (%d tasks without reference and %d with a prompt over max_length skipped), %s",
-        len(rows),
-        skipped,
-        too_long,
-        settings,
-    )
-    started = time.perf_counter()
-    train_resuming(trainer, resume)
-    seconds = time.perf_counter() - started
+    with training_run(tracking, output, stage="sft", name=config.run_name or output.name) as tracked:
+        config.report_to = report_to(config.report_to, tracked)
+        trainer = SFTTrainer(
+            model=model_name,
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[callback],
+            peft_config=lora,
+        )
+        attach_tensorboard(trainer, tracked)
+        logger.info(
+            "SFT: %d examples (%d tasks without reference and %d with a prompt over max_length skipped), %s",
+            len(rows),
+            skipped,
+            too_long,
+            settings,
+        )
+        started = time.perf_counter()
+        train_resuming(trainer, resume)
+        seconds = time.perf_counter() - started
     final = save_final(trainer, tokenizer, output, settings.use_lora)
     steps = trainer.state.global_step
     logger.info("SFT done: %d steps in %.1f s; model in %s", steps, seconds, final)
@@ -412,4 +422,5 @@ def run_sft(
         metrics=list(callback.history),
         train_seconds=seconds,
         resumed_from=str(resume) if resume else None,
+        tracked=tracked,
     )

@@ -15,6 +15,9 @@ import pytest
 from tests.paths import SEEDS
 from training.checkpoints import OPTIMIZER_STATE_FILES
 from training.episodes import chat_messages, reference_turns
+from training.evaluation import SampledVerdicts
+from training.gate_eval import eval_table, failure_report
+from training.promotion import decide, promotion_record
 from training.sft import (
     SFTConfigError,
     SFTDataError,
@@ -27,6 +30,17 @@ from training.sft import (
     warm_up_tasks,
 )
 from training.tiny_model import load_policy
+from training.tracking import (
+    CHECKPOINT_TAG,
+    DECISION_TAG,
+    STAGE_TAG,
+    TrackingConfig,
+    local_store_uri,
+    log_evaluation,
+    log_gate,
+    recorded_run,
+    tag_checkpoint,
+)
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.verifiers.episode import episode_calls
@@ -54,11 +68,22 @@ TASKS = [_task(a, b) for a in range(3) for b in range(3)] + [
 
 
 @pytest.fixture(scope="module")
-def first_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[SFTResult, list[dict]]:
-    """One real 4-step SFT run (checkpoints at 2 and 4), shared by the tests that read its outputs."""
+def tracking(tmp_path_factory: pytest.TempPathFactory) -> TrackingConfig:
+    """A real local MLflow store (SQLite) and a TensorBoard folder, as the pipeline keeps them under its root."""
+    root = tmp_path_factory.mktemp("tracking")
+    return TrackingConfig(mlflow_uri=local_store_uri(root / "mlflow"), tensorboard_dir=str(root / "tensorboard"))
+
+
+@pytest.fixture(scope="module")
+def first_run(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, tracking: TrackingConfig
+) -> tuple[SFTResult, list[dict]]:
+    """One real 4-step SFT run (checkpoints at 2 and 4), tracked, shared by the tests that read its outputs."""
     seen: list[dict] = []
     out = tmp_path_factory.mktemp("sft") / "run"
-    result = run_sft(tiny_model_dir, TASKS, out, settings=TINY, save_steps=2, on_metrics=seen.append, **TINY_SFT)
+    result = run_sft(
+        tiny_model_dir, TASKS, out, settings=TINY, save_steps=2, on_metrics=seen.append, tracking=tracking, **TINY_SFT
+    )
     return result, seen
 
 
@@ -217,17 +242,102 @@ def test_a_prompt_that_fills_max_length_is_left_out_and_counted(tiny_model_dir: 
         run_sft(tiny_model_dir, [long], tmp_path / "only-long", settings=TINY, **TINY_SFT)
 
 
-def test_sft_resumes_from_the_last_checkpoint(first_run: tuple[SFTResult, list[dict]], tmp_path: Path) -> None:
+def test_sft_resumes_from_the_last_checkpoint(
+    first_run: tuple[SFTResult, list[dict]], tmp_path: Path, tracking: TrackingConfig
+) -> None:
+    from mlflow import MlflowClient
+
     result, _ = first_run
     out = tmp_path / "run"
     shutil.copytree(result.checkpoint_dir.parent, out)
     model_dir = result.checkpoint_dir  # start from the trained weights: only the checkpoint matters on resume
-    resumed = run_sft(model_dir, TASKS, out, settings=replace(TINY, max_steps=6), save_steps=2, **TINY_SFT)
+    resumed = run_sft(
+        model_dir, TASKS, out, settings=replace(TINY, max_steps=6), save_steps=2, tracking=tracking, **TINY_SFT
+    )
     assert resumed.resumed_from == str(out / "checkpoint-4")
     assert resumed.steps == 6
     # Only the steps after the checkpoint were trained (and logged) in this run.
     assert {m["step"] for m in resumed.metrics if "loss" in m} == {5, 6}
     assert (out / "final" / "config.json").is_file()
+    # The run folder's MLflow run resumed with it: one loss curve over the steps before and after the kill.
+    assert resumed.tracked is not None and result.tracked is not None
+    assert resumed.tracked.run_id == result.tracked.run_id
+    steps = {m.step for m in MlflowClient(tracking.mlflow_uri).get_metric_history(resumed.tracked.run_id, "loss")}
+    assert {1, 2, 3, 4, 5, 6} <= steps
+
+
+def test_sft_reports_its_curves_to_mlflow_and_tensorboard(
+    first_run: tuple[SFTResult, list[dict]], tracking: TrackingConfig
+) -> None:
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result, seen = first_run
+    tracked = result.tracked
+    assert tracked is not None and tracked.run_id is not None and tracked.tensorboard_dir is not None
+    assert recorded_run(result.checkpoint_dir.parent) == tracked  # its id is kept in the run folder, for a resume
+    losses = {m["step"]: m["loss"] for m in seen if m.get("loss") is not None}
+    assert sorted(losses) == [1, 2, 3, 4]
+    client = MlflowClient(tracking.mlflow_uri)
+    run = client.get_run(tracked.run_id)
+    assert (run.info.status, run.info.run_name, run.data.tags[STAGE_TAG]) == ("FINISHED", "run", "sft")
+    assert float(run.data.params["learning_rate"]) == TINY.learning_rate  # the trainer's arguments, as TRL logs them
+    # The loss curve, step by step as the trainer logged it (steps 1-4; a resume of the run adds to it).
+    history = {m.step: m.value for m in client.get_metric_history(tracked.run_id, "loss")}
+    assert {step: history[step] for step in losses} == pytest.approx(losses)
+    events = EventAccumulator(tracked.tensorboard_dir)
+    events.Reload()
+    curve = {event.step: event.value for event in events.Scalars("train/loss")}  # a resume's steps follow them
+    assert {step: curve[step] for step in losses} == pytest.approx(losses, rel=1e-6)
+
+
+def test_the_evaluation_and_the_gate_log_to_the_run_that_trained_the_candidate(
+    first_run: tuple[SFTResult, list[dict]], tracking: TrackingConfig
+) -> None:
+    from mlflow import MlflowClient
+
+    result, _ = first_run
+    candidate = str(result.checkpoint_dir)
+    tag_checkpoint(tracking, result.tracked, candidate)  # the asset tags it with where the checkpoint is kept
+    # 24 tasks of two families: the candidate solves 20, the baseline 4 (the same 4), one sample each.
+    families = {f"t{i:02d}": "arithmetic" if i < 16 else "sql" for i in range(24)}
+    sampled = {
+        role: SampledVerdicts(
+            passed={task: [i < solved] for i, task in enumerate(families)},
+            families=families,
+            rows=[
+                {"task_id": task, "family": family, "sample": 0, "passed": i < solved, "score": float(i < solved)}
+                | {"reason": "", "completion": "", "end_reason": None, "turns": None}
+                for i, (task, family) in enumerate(families.items())
+            ],
+        )
+        for role, solved in (("baseline", 4), ("candidate", 20))
+    }
+    table = eval_table(sampled, {"baseline": "base", "candidate": candidate}, set(), samples=1, seed=0)
+    decision = decide(table.comparison)
+    record = promotion_record(decision, {"baseline": "base", "candidate": candidate}, failure_report(table.rows))
+    evaluated = log_evaluation(tracking, candidate, "base", table)
+    gated = log_gate(tracking, decision, table.comparison, record)
+    assert result.tracked is not None
+    assert evaluated is not None and gated is not None
+    assert evaluated.run_id == gated.run_id == result.tracked.run_id  # the training's run, found by its checkpoint
+
+    client = MlflowClient(tracking.mlflow_uri)
+    run = client.get_run(result.tracked.run_id)
+    metrics = run.data.metrics
+    assert (metrics["eval/candidate/pass_at_1"], metrics["eval/baseline/pass_at_1"]) == (pytest.approx(20 / 24), 1 / 6)
+    assert metrics["eval/family/sql/difference"] == 0.5  # 4 of the 8 sql tasks moved to passing
+    assert decision.promote and metrics["gate/promoted"] == 1.0
+    overall = table.comparison.overall.difference
+    assert [metrics[f"gate/difference{end}"] for end in ("", "_low", "_high")] == [
+        overall.value,
+        overall.low,
+        overall.high,
+    ]
+    assert metrics["gate/family/arithmetic/difference"] == 0.75
+    assert (run.data.tags[DECISION_TAG], run.data.tags[CHECKPOINT_TAG]) == ("promoted", candidate)
+    logged = client.download_artifacts(result.tracked.run_id, "gate/decision.json")
+    assert json.loads(Path(logged).read_text())["reasons"] == decision.reasons
 
 
 def test_sft_without_any_reference_says_what_to_do(tiny_model_dir: Path, tmp_path: Path) -> None:
