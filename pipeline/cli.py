@@ -615,6 +615,68 @@ def prune(home: str | None, keep: int, min_age_hours: float) -> None:
     click.echo(f"pruned {len(rows)} place(s) under {root.root}, {total:,} bytes" if rows else "nothing to prune")
 
 
+# `seedwheel export --split NAME` -> the table the splits step stores at `<home>/<table>.parquet`.
+EXPORT_SPLITS = {"train": "train_tasks", "eval": "eval_tasks", "failure_eval": "failure_eval"}
+# The verl config key that takes each split's file.
+VERL_DATA_KEYS = {"train": "data.train_files", "eval": "data.val_files", "failure_eval": "data.val_files"}
+
+
+@main.command("export")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["trl", "verl", "nemo-gym"]),
+    required=True,
+    help="trl: GRPOTrainer's dataset (.parquet or .jsonl); verl: its RL dataset (.parquet); nemo-gym: its rows.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="File to write.")
+@click.option("--split", type=click.Choice(list(EXPORT_SPLITS)), default="train", show_default=True)
+@home_option
+def export(fmt: str, output: Path, split: str, home: str | None) -> None:
+    """Write a stored split's task records in another trainer's format (TRL, verl, NeMo Gym), replaced whole.
+
+    Reads `<home>/train_tasks.parquet` (or `eval_tasks`, `failure_eval`), what `make quickstart` or
+    `seedwheel run --job regeneration_job` stores. The rows are scored by the same verifier registry:
+    `validators.rewards.VerifierReward` for TRL, `compute_score` in `interop/verl.py` for verl (the command
+    prints the config lines), `seedwheel reward-server` for NeMo Gym (docs/interop.md).
+    """
+    from upath import UPath
+
+    from resources import load_table
+    from validators.registry import VerifyContext
+
+    if fmt == "nemo-gym" and output.suffix != ".jsonl":  # NeMo Gym reads JSON Lines datasets
+        raise click.UsageError(f"{output}: NeMo Gym's rows are JSON Lines; name the file *.jsonl")
+    settings = Settings.from_env(home=home)
+    path = settings.home / f"{EXPORT_SPLITS[split]}.parquet"
+    if not path.exists():
+        raise click.ClickException(
+            f"no {split} split at {path}: run `make quickstart` or `seedwheel run --job regeneration_job` first "
+            "(or pass --home to the storage root that holds it)"
+        )
+    tasks = load_table(UPath(str(path)))
+    if fmt == "trl":
+        from validators.export import export_file
+
+        rows = export_file(tasks, output)
+    elif fmt == "verl":
+        from interop import verl
+
+        rows = verl.export_rows(tasks, output, split=split, context=VerifyContext(seeds_dir=settings.seeds_dir))
+    else:
+        from interop import nemo_gym  # written beside verl; imported only when asked for
+        from validators.tables import records_from_frame
+
+        rows = nemo_gym.export_rows(records_from_frame(tasks), output)
+    click.echo(f"wrote {rows} {split} tasks from {path} to {output} ({fmt})")
+    if fmt == "verl":
+        click.echo(
+            f"verl: {VERL_DATA_KEYS[split]}={output.resolve()} custom_reward_function.path={Path(verl.__file__)} "
+            "custom_reward_function.name=compute_score "
+            f"+custom_reward_function.reward_kwargs.seeds_dir={settings.seeds_dir}"
+        )
+
+
 @main.group()
 def splits() -> None:
     """The split ledger: which side each lineage root is on, and re-splitting."""

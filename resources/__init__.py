@@ -46,7 +46,14 @@ from resources.policies import (
     TrainingPolicy,
     VariantPlan,
 )
-from resources.storage import ParquetTableIOManager, StorageError, StorageRoot, TableStorage, store_table
+from resources.storage import (
+    ParquetTableIOManager,
+    StorageError,
+    StorageRoot,
+    TableStorage,
+    load_table,
+    store_table,
+)
 
 # Every resource that mirrors a library config class, with its `Mirror` (tests/resources/test_mirror.py).
 MIRRORS: tuple[tuple[type[dg.ConfigurableResource], Mirror[Any]], ...] = (
@@ -98,5 +105,6 @@ __all__ = [
     "TableStorage",
     "TrainingPolicy",
     "VariantPlan",
+    "load_table",
     "store_table",
 ]

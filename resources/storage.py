@@ -51,10 +51,7 @@ class ParquetTableIOManager(dg.UPathIOManager):
         store_table(obj, path)
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
-        if is_local(path):
-            return read_table(Path(path.path))
-        with path.open("rb") as handle:
-            return from_arrow(pq.read_table(handle))
+        return load_table(path)
 
     def get_op_output_relative_path(self, context: dg.InputContext | dg.OutputContext) -> UPath:
         return UPath(STEP_OUTPUTS_FOLDER, *context.get_identifier())  # run id, step key, output (, mapping key)
@@ -77,6 +74,14 @@ def store_table(frame: pd.DataFrame, path: UPath) -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(to_arrow(frame), sink)
     path.fs.pipe_file(path.path, sink.getvalue().to_pybytes())
+
+
+def load_table(path: UPath) -> pd.DataFrame:
+    """Read a table `store_table` wrote (a local path or an object-store URL), nested columns decoded."""
+    if is_local(path):
+        return read_table(Path(path.path))
+    with path.open("rb") as handle:
+        return from_arrow(pq.read_table(handle))
 
 
 def is_local(path: UPath) -> bool:

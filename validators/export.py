@@ -58,6 +58,9 @@ EXPORT_SCHEMA = pa.schema(
 )
 
 
+SUFFIXES = (".parquet", ".jsonl")
+
+
 class ExportError(SeedwheelError, ValueError):
     """A task that cannot be exported (a missing field, a prompt that is not chat messages); names the row."""
 
@@ -151,7 +154,42 @@ def export_split(tasks: pd.DataFrame | Iterable[Mapping[str, Any]], out_dir: Pat
     out_dir = Path(out_dir)
     parquet_path, jsonl_path = out_dir / f"{name}.parquet", out_dir / f"{name}.jsonl"
     # Each file is replaced whole; a crash between the two can leave a new Parquet beside an older JSONL.
-    with atomic_write(parquet_path) as handle:
-        pq.write_table(pa.Table.from_pylist(rows, schema=EXPORT_SCHEMA), handle)
-    write_jsonl(rows, jsonl_path)
+    _write(rows, parquet_path)
+    _write(rows, jsonl_path)
     return ExportedSplit(parquet=parquet_path, jsonl=jsonl_path, rows=len(rows))
+
+
+def export_file(tasks: pd.DataFrame | Iterable[Mapping[str, Any]], path: Path) -> int:
+    """Write a split for TRL as one file, Parquet or JSON Lines by `path`'s suffix, atomically (`seedwheel export`).
+
+    Args:
+        tasks: the split's task records (or a DataFrame of them, nested columns decoded).
+        path: a `.parquet` or `.jsonl` file; its folder is created when missing.
+
+    Returns:
+        The number of rows written.
+
+    Raises:
+        ExportError: a task cannot be exported, or `path` has another suffix.
+
+    Example:
+        >>> export_file(train_tasks, Path("trl/train.parquet"))  # doctest: +SKIP
+        412
+    """
+    path = Path(path)
+    if path.suffix not in SUFFIXES:
+        raise ExportError(
+            f"{path}: TRL's export is Parquet or JSON Lines", hint=f"name the file *{' or *'.join(SUFFIXES)}"
+        )
+    rows = export_rows(tasks)
+    _write(rows, path)
+    return len(rows)
+
+
+def _write(rows: list[dict[str, Any]], path: Path) -> None:
+    """Export rows as `path`'s suffix says, the file replaced whole (`validators.tables.atomic_write`)."""
+    if path.suffix == ".jsonl":
+        write_jsonl(rows, path)
+        return
+    with atomic_write(path) as handle:
+        pq.write_table(pa.Table.from_pylist(rows, schema=EXPORT_SCHEMA), handle)
