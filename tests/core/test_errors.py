@@ -18,6 +18,7 @@ PACKAGES = [
     "curation",
     "judge",
     "failures",
+    "interop",
     "generators",
     "training",
     "pipeline",
