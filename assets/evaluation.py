@@ -12,14 +12,15 @@ import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import markdown_table, preview
+from assets.metadata import markdown_table, preview, tracking_metadata
 from assets.plots import bar_chart
 from curation.manifests import split_epochs
-from resources import CHECKPOINTS_FOLDER, PromotionGate, SeedRepository, StorageRoot
+from resources import CHECKPOINTS_FOLDER, ExperimentTracking, PromotionGate, SeedRepository, StorageRoot
 from training.episodes import play_and_score
 from training.evaluation import EvalTaskCounts, SampledVerdicts, eval_task_counts
 from training.gate_eval import FAMILY_COLUMNS, EvalTable, eval_table, failure_report, paired_comparison, role_models
 from training.promotion import compared_models, decide, decision_line, promotion_record
+from training.tracking import log_evaluation, log_gate
 
 
 @dg.asset(group_name=groups.EVALUATION)
@@ -31,6 +32,7 @@ def checkpoint_eval(
     seeds: SeedRepository,
     gate: PromotionGate,
     storage: StorageRoot,
+    tracking: ExperimentTracking,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """Baseline and candidate sampled on the eval tasks and scored by their verifiers: one row per completion (an
     episode task's: one per episode, played turn by turn).
@@ -59,12 +61,19 @@ def checkpoint_eval(
             context=seeds.verify_context(),
         )
     table = eval_table(sampled, models, failure_ids, samples=gate.samples, seed=gate.seed)
-    return dg.MaterializeResult(value=table.rows, metadata=_eval_metadata(table, counts, models, gate))
+    # Into the MLflow run that trained the candidate (found by its checkpoint), beside its training curves.
+    run = log_evaluation(tracking.config(), models["candidate"], models["baseline"], table)
+    metadata = {**_eval_metadata(table, counts, models, gate), **tracking_metadata(run)}
+    return dg.MaterializeResult(value=table.rows, metadata=metadata)
 
 
 @dg.asset(group_name=groups.EVALUATION)
 def promotion(
-    context: dg.AssetExecutionContext, checkpoint_eval: pd.DataFrame, gate: PromotionGate, storage: StorageRoot
+    context: dg.AssetExecutionContext,
+    checkpoint_eval: pd.DataFrame,
+    gate: PromotionGate,
+    storage: StorageRoot,
+    tracking: ExperimentTracking,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """The gate: promote the candidate only when it is better overall with confidence, no family regresses, and
     both models were trained under the same split epoch."""
@@ -80,8 +89,10 @@ def promotion(
     context.log.info(f"promotion: {decision_line(decision.promote, models['candidate'], models['baseline'])}")
     for reason in [*decision.reasons, failures["summary"]]:
         context.log.info(f"promotion: {reason}")
+    record = promotion_record(decision, models, failures)
+    run = log_gate(tracking.config(), decision, comparison, record)  # the candidate's MLflow run
     return dg.MaterializeResult(
-        value=pd.DataFrame([promotion_record(decision, models, failures)]),
+        value=pd.DataFrame([record]),
         metadata={
             "decision": decision.verdict,
             "promoted": decision.promote,
@@ -98,6 +109,7 @@ def promotion(
             "split_epochs": dg.MetadataValue.json(epochs),
             "promoted_model": registry.baseline(models["baseline"]),
             "registry": dg.MetadataValue.path(str(registry.path)),
+            **tracking_metadata(run),
         },
     )
 

@@ -10,6 +10,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
+from training.tracking import TrackedRun
 from validators.tables import records_from_frame
 
 PREVIEW_ROWS = 10
@@ -77,3 +78,27 @@ def shard_metadata(shards: int, steps: Sequence[Mapping[str, Any]], columns: Seq
         "shard_steps": len(steps),
         "shard_balance": dg.MetadataValue.md(markdown_table(steps, columns)),
     }
+
+
+def tracking_metadata(run: TrackedRun | None) -> dict[str, Any]:
+    """Where a person finds a step's MLflow run and TensorBoard curves (`training.tracking`); nothing when the step
+    was not tracked.
+
+    On a tracking server `mlflow_run` is a link; on a local store it is the run's place in the UI that
+    `mlflow_ui` (the command to start it) serves.
+    """
+    if run is None:
+        return {}
+    metadata: dict[str, Any] = {}
+    if run.run_id is not None:
+        url = run.ui_url or ""
+        metadata |= {
+            "mlflow_run_id": run.run_id,
+            "mlflow_run": dg.MetadataValue.url(url) if url.startswith("http") else url,
+            "mlflow_tracking_uri": run.tracking_uri,
+        }
+        if not url.startswith("http"):
+            metadata["mlflow_ui"] = f"mlflow ui --backend-store-uri {run.tracking_uri}"
+    if run.tensorboard_dir is not None:
+        metadata["tensorboard_dir"] = dg.MetadataValue.path(run.tensorboard_dir)
+    return metadata

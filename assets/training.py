@@ -21,7 +21,7 @@ import dagster as dg
 import pandas as pd
 
 from assets import groups
-from assets.metadata import count_table, markdown_table, preview
+from assets.metadata import count_table, markdown_table, preview, tracking_metadata
 from assets.plots import bar_chart, line_chart
 from curation.manifests import CheckpointManifest, write_manifest
 from curation.splits import first_per_family
@@ -30,6 +30,7 @@ from resources import (
     CHECKPOINTS_FOLDER,
     EXPORT_FOLDER,
     TRAINING_FOLDER,
+    ExperimentTracking,
     SeedRepository,
     StorageRoot,
     TrainingPolicy,
@@ -66,6 +67,7 @@ from training.preferences import (
 from training.retrain import DEFAULT_RETRAIN_GROWTH, retrain_decision
 from training.reward_audit import AuditCheck, audit_reward, load_labelled
 from training.sft import SFTResult, SFTSettings, imitated_tasks, warm_up_digest, warm_up_tasks
+from training.tracking import TrackingConfig, tag_checkpoint
 from validators.export import ExportedSplit
 from validators.registry import VerifyContext
 from validators.rewards import build_reward_funcs
@@ -144,6 +146,7 @@ def sft_checkpoint(
     seeds: SeedRepository,
     training: TrainingPolicy,
     storage: StorageRoot,
+    tracking: ExperimentTracking,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """The policy GRPO starts from: the base model after an SFT warm-up on the training references (or as is)."""
     base = training.model()
@@ -159,7 +162,8 @@ def sft_checkpoint(
         return _no_warm_up(base, reason)
     settings = training.sft_settings()
     run = (TRAINING_FOLDER, "sft", warm_up_digest(base, tasks, settings))
-    result, checkpoint = _warm_up(context, storage, run, base, tasks, settings, seeds.verify_context())
+    tracked = tracking.config()
+    result, checkpoint = _warm_up(context, storage, run, base, tasks, settings, seeds.verify_context(), tracked)
     manifest = _record_checkpoint(  # once the run folder is committed: the manifest names a checkpoint that exists
         context,
         storage,
@@ -171,6 +175,7 @@ def sft_checkpoint(
         tasks=imitated_tasks(tasks),
         config=asdict(settings),
     )
+    tag_checkpoint(tracked, result.tracked, checkpoint)  # checkpoint_eval and promotion find the run by it
     return dg.MaterializeResult(value=manifest, metadata=_warm_up_metadata(manifest, result, tasks))
 
 
@@ -262,6 +267,7 @@ def grpo_checkpoint(
     training: TrainingPolicy,
     seeds: SeedRepository,
     storage: StorageRoot,
+    tracking: ExperimentTracking,
     pipes: dg.PipesSubprocessClient,
 ) -> dg.MaterializeResult[pd.DataFrame]:
     """GRPO with the registry's rewards, run by `python -m training.grpo_job` under Dagster Pipes.
@@ -274,8 +280,10 @@ def grpo_checkpoint(
     start = str(sft_checkpoint.loc[0, "checkpoint"])
     grpo = job_grpo_settings(training.grpo, training.reward_weights, training.episode_max_turns)
     run = (TRAINING_FOLDER, "grpo", run_digest(start, sorted(part["task_id"]), {"runtime": training.runtime, **grpo}))
+    tracked = tracking.config()
+    named = {"run_name": f"grpo-{run[2]}", **grpo}  # the MLflow run's and TensorBoard folder's name
     with storage.folder(*run) as run_dir:
-        job, config_path = write_job(part, run_dir, storage.model_dir(start), training.runtime, grpo)
+        job, config_path = write_job(part, run_dir, storage.model_dir(start), training.runtime, named, tracked)
         context.log.info(f"GRPO on {len(part)} tasks from {start}; job config {config_path}")
         reported, steps = _run_job(context, pipes, seeds, config_path)
         kept = partial(_stored, storage, run, run_dir)  # where each file stays once the folder is committed
@@ -290,6 +298,7 @@ def grpo_checkpoint(
         tasks=reported.trained_tasks(records_from_frame(part[list(TASK_FIELDS)])),
         config=job.relocated(start, kept).to_mapping(),
     )
+    tag_checkpoint(tracked, reported.tracked, kept(reported.checkpoint_dir))
     return dg.MaterializeResult(
         value=manifest, metadata=_grpo_metadata(manifest, reported, steps, kept(config_path), len(train_tasks))
     )
@@ -350,6 +359,7 @@ def _warm_up(
     tasks: list[Mapping[str, Any]],
     settings: SFTSettings,
     verify_context: VerifyContext,
+    tracking: TrackingConfig | None,
 ) -> tuple[SFTResult, str]:
     """Warm `base` up on `tasks` in the run folder (a working copy, committed when training returns), logging each
     step's loss; returns the result and where its checkpoint is kept."""
@@ -367,6 +377,8 @@ def _warm_up(
             settings=settings,
             on_metrics=on_metrics,
             context=verify_context,  # episode references are played in their environments
+            overrides={"run_name": f"{run[1]}-{run[2]}"},  # the MLflow run's and TensorBoard folder's name
+            tracking=tracking,
         )
         return result, _stored(storage, run, output_dir, result.checkpoint_dir)
 
@@ -396,6 +408,7 @@ def _warm_up_metadata(manifest: pd.DataFrame, result: SFTResult, tasks: list[Map
             xlabel="step",
             ylabel="loss",
         ),
+        **tracking_metadata(result.tracked),
     }
 
 
@@ -491,6 +504,7 @@ def _grpo_metadata(
         # What the run measured, for the plan's calibration (`budget_calibration`): TRL's token count and
         # mean completion length over the logged steps.
         "measured": dg.MetadataValue.json(asdict(measured_run(reported.steps, reported.train_seconds, steps))),
+        **tracking_metadata(reported.tracked),
     }
 
 

@@ -9,7 +9,7 @@ from pipeline.instance import EXCLUSIVE_TAG
 from pipeline.profiles import ProfileResources, profile_resources
 from pipeline.settings import Settings
 from pipeline.workers import step_executor
-from resources import FailureInbox, SeedRepository, StorageRoot
+from resources import FailureInbox, SeedRepository, StorageRoot, experiment_tracking
 from resources.storage import TableStorage
 
 flywheel_job = dg.define_asset_job(
@@ -64,6 +64,10 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             "seeds": SeedRepository(path=str(settings.seeds_dir)),
             "inbox": FailureInbox(path=settings.failure_inbox, quarantine=settings.failure_quarantine),
             "storage": StorageRoot(root=str(settings.home)),
+            # MLflow and TensorBoard: under a local root, or the tracking server MLFLOW_TRACKING_URI names.
+            "tracking": experiment_tracking(
+                str(settings.home), settings.mlflow_tracking_uri, enabled=settings.tracking
+            ),
             **profile.resources(),  # llm, plan, policy, judge, training, gate
             # Training runs in a child process (`python -m training.grpo_job`); on a cluster, swap in
             # dagster-k8s's PipesK8sClient with the same job config (docs/production.md, "Scaling out").

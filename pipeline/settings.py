@@ -17,6 +17,10 @@ from core.folders import is_remote
 # Where runs send their steps when set (Celery over Redis); the URL may hold a password, so Dagster's run config
 # names the variable, never its value.
 CELERY_BROKER_ENV = "SEEDWHEEL_CELERY_BROKER"
+# Experiment tracking: the switch, and MLflow's own variable for a tracking server (read here once, like the rest).
+TRACKING_ENV = "SEEDWHEEL_TRACKING"
+MLFLOW_TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+_SWITCH = {"on": True, "1": True, "true": True, "yes": True, "off": False, "0": False, "false": False, "no": False}
 Profile = Literal["quickstart", "production"]
 PROFILES: tuple[str, ...] = get_args(Profile)
 # Served by `vllm serve` on a GPU machine when no endpoint URL is configured in production.
@@ -65,6 +69,10 @@ class Settings:
             instance's storage and the state a cluster's workers share; empty keeps them in local files.
         celery_broker: a `redis://host:port/db` URL (`SEEDWHEEL_CELERY_BROKER`): runs send their steps to Celery
             workers (`seedwheel worker`) through it; empty runs steps on the machine that runs the run.
+        tracking: SFT, GRPO and DPO report to MLflow and TensorBoard, and the evaluation and the gate log to the
+            candidate's MLflow run (`SEEDWHEEL_TRACKING`, on by default; `resources.tracking`).
+        mlflow_tracking_uri: an MLflow tracking server or store (`MLFLOW_TRACKING_URI`); empty: a SQLite store under
+            a local root, nothing on an object-store root.
     """
 
     profile: Profile
@@ -83,6 +91,8 @@ class Settings:
     retrain_growth: float | None = None
     database_url: str = ""
     celery_broker: str = ""
+    tracking: bool = True
+    mlflow_tracking_uri: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: str | Path | None) -> Settings:
@@ -124,6 +134,7 @@ class Settings:
         )
         retrain_growth = _growth(environ.get("SEEDWHEEL_RETRAIN_GROWTH", ""))
         celery_broker = _broker(environ.get(CELERY_BROKER_ENV, ""))
+        tracking = _switch(environ.get(TRACKING_ENV, ""), TRACKING_ENV)
         return cls(
             profile,
             home,
@@ -141,6 +152,8 @@ class Settings:
             retrain_growth,
             database_url(environ),
             celery_broker,
+            tracking,
+            environ.get(MLFLOW_TRACKING_URI_ENV, "").strip(),
         )
 
     def environ(self) -> dict[str, str]:
@@ -162,6 +175,8 @@ class Settings:
             "SEEDWHEEL_RETRAIN_GROWTH": "" if self.retrain_growth is None else str(self.retrain_growth),
             DATABASE_URL_ENV: self.database_url,
             CELERY_BROKER_ENV: self.celery_broker,
+            TRACKING_ENV: "on" if self.tracking else "off",
+            MLFLOW_TRACKING_URI_ENV: self.mlflow_tracking_uri,
         }
 
     def register_verifier_plugins(self) -> None:
@@ -215,6 +230,16 @@ def _growth(value: str) -> float | None:
             "training split has grown by 20% since the last checkpoint (unset: train on demand)"
         )
     return growth
+
+
+def _switch(value: str, variable: str) -> bool:
+    """An on/off variable: unset or empty is on."""
+    if not value.strip():
+        return True
+    try:
+        return _SWITCH[value.strip().lower()]
+    except KeyError:
+        raise ValueError(f"{variable}={value!r} is not a switch: set it to on or off (1/0, true/false)") from None
 
 
 def _broker(value: str) -> str:

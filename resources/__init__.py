@@ -21,6 +21,7 @@ from resources.folders import (
     JUDGE_HISTORY_FOLDER,
     SPLITS_FOLDER,
     STEP_OUTPUTS_FOLDER,
+    TRACKING_FOLDER,
     TRAINING_FOLDER,
     VALIDATION_CACHE_FOLDER,
 )
@@ -36,6 +37,7 @@ from resources.mirror import (
     SFT_FIELDS,
     SHARD_FIELDS,
     SPLIT_FIELDS,
+    TRACKING_FIELDS,
     Mirror,
 )
 from resources.policies import (
@@ -54,6 +56,7 @@ from resources.storage import (
     load_table,
     store_table,
 )
+from resources.tracking import ExperimentTracking, experiment_tracking
 
 # Every resource that mirrors a library config class, with its `Mirror` (tests/resources/test_mirror.py).
 MIRRORS: tuple[tuple[type[dg.ConfigurableResource], Mirror[Any]], ...] = (
@@ -67,6 +70,7 @@ MIRRORS: tuple[tuple[type[dg.ConfigurableResource], Mirror[Any]], ...] = (
     (TrainingPolicy, GRPO_JOB_FIELDS),
     (TrainingPolicy, SFT_FIELDS),
     (PromotionGate, PROMOTION_FIELDS),
+    (ExperimentTracking, TRACKING_FIELDS),
 )
 
 __all__ = [
@@ -90,9 +94,12 @@ __all__ = [
     "SPLITS_FOLDER",
     "SPLIT_FIELDS",
     "STEP_OUTPUTS_FOLDER",
+    "TRACKING_FIELDS",
+    "TRACKING_FOLDER",
     "TRAINING_FOLDER",
     "VALIDATION_CACHE_FOLDER",
     "CurationPolicy",
+    "ExperimentTracking",
     "FailureInbox",
     "JudgePolicy",
     "LLMEndpoint",
@@ -105,6 +112,7 @@ __all__ = [
     "TableStorage",
     "TrainingPolicy",
     "VariantPlan",
+    "experiment_tracking",
     "load_table",
     "store_table",
 ]

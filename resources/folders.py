@@ -11,3 +11,6 @@ EXPORT_FOLDER = "export"  # the splits (and preference pairs) as Parquet + JSONL
 JUDGE_HISTORY_FOLDER = "judge_history"  # the judge's setup per asset: its model, prompt and rubric (judge.history)
 GENERATION_CACHE_FOLDER = "generation_cache"  # programmatic outputs per parent (generators.programmatic.variants_key)
 STEP_OUTPUTS_FOLDER = "steps"  # op outputs inside graph-backed assets, per run (`resources.storage`)
+# Experiment tracking on a local root: MLflow's store (`tracking/mlflow/mlflow.db`, its artifacts beside it) and
+# TensorBoard's event files (`tracking/tensorboard/<run>`), for `mlflow ui` and `tensorboard --logdir`.
+TRACKING_FOLDER = "tracking"

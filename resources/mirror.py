@@ -15,6 +15,7 @@ from training.grpo_job import GRPOJobConfig
 from training.promotion import PromotionPolicy
 from training.reward_audit import RewardAuditPolicy
 from training.sft import SFTSettings
+from training.tracking import TrackingConfig
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -101,5 +102,6 @@ PROMOTION_FIELDS = Mirror(
     PromotionPolicy,
     _same("min_improvement", "max_family_regression", "family_rule", "min_tasks", "min_family_tasks"),
 )
+TRACKING_FIELDS = Mirror(TrackingConfig, _same("mlflow_uri", "tensorboard_dir", "experiment"))
 # The judge's acceptance rule is a mapping of minimums, not a flat field: its one mirrored minimum.
 DEFAULT_MIN_REFERENCE_CORRECTNESS: int = AcceptanceRule().minimum("reference_correctness")

@@ -27,7 +27,9 @@ The config file (JSON; under Pipes the same object may come as the extra `grpo_j
 
 `runtime` picks the machine defaults applied under `grpo`: `"auto"` (`runtime_defaults()`: CPU settings without
 a GPU, vLLM on a GPU when installed), `"cpu"` (`cpu_defaults()`) or `"none"`. `grpo` takes any
-`SeedwheelGRPOConfig` field (every `trl.GRPOConfig` field included); `logging_steps` defaults to 1 here so each
+`SeedwheelGRPOConfig` field (every `trl.GRPOConfig` field included); `tracking` (optional) takes
+`training.tracking.TrackingConfig`'s fields (`mlflow_uri`, `tensorboard_dir`, `experiment`) and makes the run report
+to MLflow and TensorBoard, its MLflow run named by `grpo.run_name`; `logging_steps` defaults to 1 here so each
 step's metrics stream, and `save_total_limit` to `training.checkpoints.KEEP_CHECKPOINTS`. Exit codes: 0 done, 2 bad
 config or data (message on stderr), 1 a training failure.
 """

@@ -16,6 +16,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from fsspec.core import url_to_fs
+from mlflow import MlflowClient
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForCausalLM
 from upath import UPath
 
@@ -126,6 +128,11 @@ def test_promotion_decides_on_the_paired_comparison(settings, candidate, baselin
     decision = read_table(settings.home / "promotion.parquet").iloc[0]
     assert decision["decision"] == ("promoted" if promoted else "kept baseline")
     assert decision["reasons"] and all(isinstance(r, str) for r in decision["reasons"])
+    # The decision is in the candidate's MLflow run, with its interval.
+    run = MlflowClient(metadata["mlflow_tracking_uri"]).get_run(metadata["mlflow_run_id"])
+    assert run.data.metrics["gate/promoted"] == float(promoted)
+    assert run.data.metrics["gate/difference_low"] == metadata["difference_low"]
+    assert run.data.tags["seedwheel.gate.decision"] == decision["decision"]
     registry = settings.home / "promotion" / "promoted.json"
     if promoted:
         record = json.loads(registry.read_text())
@@ -257,9 +264,24 @@ def test_grpo_trains_on_the_grpo_set_alone_and_passes_the_policy_on_without_one(
 
     trained, evaluated = train(learnable=2)
     assert trained["train_rows"] == 2 and evaluated["candidate_model"] == trained["checkpoint"] != str(tiny_model_dir)
+    # The GRPO job reported to MLflow and TensorBoard under the root, and the evaluation logged to the same run.
+    client = MlflowClient(trained["mlflow_tracking_uri"])
+    assert trained["mlflow_tracking_uri"] == f"sqlite:///{settings.home}/tracking/mlflow/mlflow.db"
+    assert evaluated["mlflow_run_id"] == trained["mlflow_run_id"]
+    assert trained["mlflow_run"] == f"#/experiments/1/runs/{trained['mlflow_run_id']}"
+    run = client.get_run(trained["mlflow_run_id"])
+    assert run.info.run_name == f"grpo-{Path(trained['job_config']).parent.name}"  # its run folder's name
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "reward")] == [1]
+    assert "eval/candidate/pass_at_1" in run.data.metrics
+    events = EventAccumulator(trained["tensorboard_dir"])
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/reward")] == [1]
     # No task in the GRPO set (a night whose profile finds none): no GRPO run, and the gate weighs the starting policy.
     skipped, evaluated = train(learnable=0)
     assert not skipped["trained"] and skipped["checkpoint"] == evaluated["candidate_model"] == str(tiny_model_dir)
+    # A candidate no run trained gets a run of its own, named by its checkpoint.
+    assert "mlflow_run_id" not in skipped and evaluated["mlflow_run_id"] != trained["mlflow_run_id"]
+    assert client.get_run(evaluated["mlflow_run_id"]).data.tags["seedwheel.checkpoint"] == str(tiny_model_dir)
     assert skipped["skipped_because"] == (
         "no training task is in the GRPO set: difficulty_profile kept none of 6 (never_solved: 6)"
     )

@@ -109,3 +109,23 @@ def test_the_database_and_the_broker_reach_child_processes():
     settings = Settings.from_env(environ)
     assert (settings.database_url, settings.celery_broker) == ("postgresql://sw:pw@db/sw", "redis://r:6379/1")
     assert Settings.from_env(settings.environ()) == settings
+
+
+@pytest.mark.parametrize(
+    ("environ", "tracking", "uri"),
+    [
+        ({}, True, ""),  # on by default: a SQLite store under a local root (resources.tracking)
+        ({"SEEDWHEEL_TRACKING": "off"}, False, ""),
+        ({"SEEDWHEEL_TRACKING": "0", "MLFLOW_TRACKING_URI": "http://mlflow:5000"}, False, "http://mlflow:5000"),
+        ({"MLFLOW_TRACKING_URI": " http://mlflow:5000 "}, True, "http://mlflow:5000"),  # a tracking server
+    ],
+)
+def test_tracking_is_a_switch_and_mlflows_own_variable(environ, tracking, uri):
+    settings = Settings.from_env(environ)
+    assert (settings.tracking, settings.mlflow_tracking_uri) == (tracking, uri)
+    assert Settings.from_env(settings.environ()) == settings
+
+
+def test_a_tracking_switch_that_is_no_switch_is_refused():
+    with pytest.raises(ValueError, match=r"SEEDWHEEL_TRACKING='maybe' is not a switch: set it to on or off"):
+        Settings.from_env({"SEEDWHEEL_TRACKING": "maybe"})

@@ -13,6 +13,7 @@ from training.dpo import AssistantTokensCollator, run_dpo
 from training.episodes import chat_messages
 from training.preferences import EvalLeakError, PreferenceDataError, build_preference_pairs
 from training.tiny_model import load_policy
+from training.tracking import TrackingConfig, local_store_uri
 
 SYSTEM = "Answer with #### <number>."
 TASKS = [
@@ -51,19 +52,30 @@ def preference_margin(model_dir: Path, pairs: list[dict[str, Any]]) -> float:
 
 def test_one_dpo_run_moves_the_policy_towards_the_chosen_answers(tiny_model_dir: Path, tmp_path: Path) -> None:
     import torch
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     pairs = build_preference_pairs(ROLLOUTS, TASKS, split="train", source="difficulty_profile").pairs
-    # Two steps on one batch of 4 pairs (~1 s).
+    tracking = TrackingConfig(local_store_uri(tmp_path / "mlflow"), str(tmp_path / "tensorboard"))
+    # Two steps on one batch of 4 pairs (~1 s), reported to a local MLflow store and TensorBoard.
     result = run_dpo(
         pairs,
         tiny_model_dir,
         tmp_path / "dpo",
         max_steps=2,
         batch_size=4,
+        tracking=tracking,
         **TINY_DPO,
     )
     assert (result.steps, result.train_rows) == (2, 4)
     assert all(m["grad_norm"] > 0 for m in result.metrics if "loss" in m)
+    # The preference margins' curve, in MLflow and in TensorBoard.
+    assert result.tracked is not None and result.tracked.run_id and result.tracked.tensorboard_dir
+    history = MlflowClient(tracking.mlflow_uri).get_metric_history(result.tracked.run_id, "rewards/margins")
+    assert [m.step for m in history] == [1, 2]
+    events = EventAccumulator(result.tracked.tensorboard_dir)
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/rewards/margins")] == [1, 2]
     # Measured on the models, not from the trainer's logs: the chosen answers gained on the rejected ones.
     assert preference_margin(result.checkpoint_dir, pairs) > preference_margin(tiny_model_dir, pairs)
     trained, _ = load_policy(result.checkpoint_dir)
