@@ -17,19 +17,11 @@ from interop.nemo_gym import (
     task_rows,
 )
 from pipeline.cli import main
-from validators.registry import REGISTRY, UnknownVerifierError, VerifyContext, verify
+from validators.registry import VerifyContext, verify
 from validators.seeds import check_seed_records, load_seeds
 
 DATA = Path(__file__).parent / "data" / "nemo_gym"
 SEEDS = Path(__file__).parents[2] / "seeds"
-
-
-def _math_answer_registered() -> bool:
-    try:
-        REGISTRY.get("math_answer")
-    except UnknownVerifierError:
-        return False
-    return True
 
 
 def _import(tmp_path: Path, server: str, family: str, *extra: str) -> tuple[Path, object]:
@@ -106,7 +98,6 @@ def test_rows_that_cannot_become_seeds_are_named_with_reason_and_fix(tmp_path: P
     assert str(found.problems[2]).startswith(f"{source}:3: no gold seedwheel reads (its fields: ground_truth)")
 
 
-@pytest.mark.skipif(not _math_answer_registered(), reason="runs once validators/verifiers/math_answer.py lands")
 def test_math_rows_become_math_answer_seeds_that_validate(tmp_path: Path) -> None:
     output, result = _import(tmp_path, "math_with_judge", "math")
     assert "5 rows: wrote 5 seeds" in result.stderr, result.output
