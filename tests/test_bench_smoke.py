@@ -60,10 +60,12 @@ SMOKES = {
     "flywheel_nights.py": help_only("nights of serving, training and gating: 6 minutes for 1 tiny night"),
     "gpu_grpo.py": help_only("GRPO on a GPU; --allow-cpu trains for about a minute"),
     "learning_experiment.py": help_only("SFT, GRPO, evaluation: --setup digits --quick takes 20 s of CPU"),
+    "math_agreement.py": Smoke(("--limit", "5"), verdict="met", gsm8k=True),
     "measure_dedup_recall.py": Smoke(("--limit", "100"), verdict="pass", gsm8k=True),
 }
-# Slower than the fast tier's 10 s: importing torch and transformers alone takes most of it on 2 cores.
-SLOW = {"bench_local_server.py", "bench_plan_throughput.py"}
+# Slower than the fast tier's 10 s: importing torch and transformers alone takes most of it on 2 cores; one of
+# NeMo Gym's math rollouts compares two expressions in (2 + sqrt 3)^2016 symbolically (~9 s).
+SLOW = {"bench_local_server.py", "bench_plan_throughput.py", "math_agreement.py"}
 
 
 def run_bench(script: str, args: list[str]) -> subprocess.CompletedProcess[str]:
