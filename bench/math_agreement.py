@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 from tests.math_forms import ACCEPTS, REJECTS  # noqa: E402
 from tests.paths import GSM8K  # noqa: E402
 from validators.registry import REGISTRY, Completion, VerifyContext  # noqa: E402
+from validators.verifiers.math_answer import MathAnswer  # noqa: E402
 
 NEMO_GYM_MATH = REPO / "tests" / "interop" / "data" / "nemo_gym" / "math_with_judge" / "example_rollouts.jsonl"
 AGREEMENT_TARGET = 0.99
@@ -45,7 +46,7 @@ CONTEXT = VerifyContext()
 
 def gsm8k_cases(limit: int | None) -> Iterator[tuple[str, str, str, bool]]:
     """(source kind, gold, completion, right) for GSM8K's test rows."""
-    math = REGISTRY.get("math_answer")
+    math = MathAnswer()
     with (GSM8K / "test.jsonl").open(encoding="utf-8") as handle:
         for number, line in enumerate(handle):
             if limit is not None and number >= limit:
