@@ -174,10 +174,20 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z_.-]+", "_", name).strip("._") or "run"
 
 
-def _client(config: TrackingConfig) -> Any:
-    from mlflow import MlflowClient
+def _mlflow() -> Any:
+    """The mlflow module, its usage telemetry off unless the environment says otherwise.
 
-    return MlflowClient(tracking_uri=config.mlflow_uri)
+    MLflow decides at import whether to send telemetry to its vendor; the project sends none (Dagster's is off in
+    pipeline/instance.py too), and an offline machine would only try. Every use here imports mlflow through this.
+    """
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import mlflow
+
+    return mlflow
+
+
+def _client(config: TrackingConfig) -> Any:
+    return _mlflow().MlflowClient(tracking_uri=config.mlflow_uri)
 
 
 def _experiment_id(client: Any, config: TrackingConfig) -> str:
@@ -266,8 +276,7 @@ def training_run(
     if not config.mlflow_uri:
         yield TrackedRun(None, None, "", tensorboard, name)
         return
-    import mlflow
-
+    mlflow = _mlflow()
     _store_ready(config)
     client = _client(config)
     experiment_id = _experiment_id(client, config)
@@ -286,7 +295,7 @@ def training_run(
         with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
             yield tracked
     finally:
-        mlflow.set_tracking_uri(previous)  # type: ignore[arg-type]  # None unsets it (and the variable it exported)
+        mlflow.set_tracking_uri(previous)  # None unsets it (and the variable it exported)
 
 
 def report_to(configured: Any, tracked: TrackedRun | None) -> list[str]:

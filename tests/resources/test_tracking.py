@@ -1,10 +1,14 @@
 """The tracking resource: where a root's runs are tracked, and the switch that turns it off."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from resources import ExperimentTracking, experiment_tracking
+from tests.paths import REPO
 from training.tracking import TrackingConfig, TrackingConfigError
 
 
@@ -33,3 +37,18 @@ def test_the_switch_turns_everything_off(tmp_path: Path) -> None:
 def test_a_tracking_uri_that_is_no_uri_names_the_fix() -> None:
     with pytest.raises(TrackingConfigError, match=r"mlflow_uri='mlruns' is not a URI; give sqlite:////abs/path"):
         ExperimentTracking(mlflow_uri="mlruns").config()
+
+
+@pytest.mark.parametrize(("variable", "sends"), [(None, False), ("false", True)])
+def test_mlflow_sends_no_telemetry_unless_the_user_asks(variable: str | None, sends: bool) -> None:
+    # MLflow decides at import: a fresh process, without the CI variables that would turn it off by themselves.
+    script = (
+        "from training.tracking import _mlflow; _mlflow(); "
+        "from mlflow.telemetry.client import get_telemetry_client; print(get_telemetry_client() is not None)"
+    )
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV") if k in os.environ}
+    if variable is not None:
+        env["MLFLOW_DISABLE_TELEMETRY"] = variable
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(sends)
