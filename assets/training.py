@@ -35,6 +35,7 @@ from resources import (
     StorageRoot,
     TrainingPolicy,
 )
+from review.rewards import AGREEMENT_COLUMNS, AuditLabels, agreement_table, audit_labels
 from training.budget import measured_run
 from training.checkpoints import run_digest
 from training.difficulty import (
@@ -65,7 +66,7 @@ from training.preferences import (
     split_pairs,
 )
 from training.retrain import DEFAULT_RETRAIN_GROWTH, retrain_decision
-from training.reward_audit import AuditCheck, audit_reward, load_labelled
+from training.reward_audit import AuditCheck, RewardAudit, audit_reward
 from training.sft import SFTResult, SFTSettings, imitated_tasks, warm_up_digest, warm_up_tasks
 from training.tracking import TrackingConfig, tag_checkpoint
 from validators.export import ExportedSplit
@@ -105,9 +106,9 @@ def reward_audit(
     """The training reward scored against the labelled audit set, plus reward-hack probes on the training tasks."""
     verify_context = seeds.verify_context()
     funcs, weights = build_reward_funcs(training.reward_weights, context=verify_context)
-    labelled = load_labelled(seeds.folder / REWARD_AUDIT_FILE, context=verify_context)
+    labelled = audit_labels(seeds.folder, seeds.folder / REWARD_AUDIT_FILE, verify_context)  # + reviewers' labels
     tasks = records_from_frame(train_tasks[list(TASK_FIELDS)])
-    audit = audit_reward(funcs, weights, tasks, labelled, policy=training.audit_policy(), context=verify_context)
+    audit = audit_reward(funcs, weights, tasks, labelled.rows, policy=training.audit_policy(), context=verify_context)
     for check in audit.checks:
         (context.log.info if check.passed else context.log.warning)(f"reward audit: {check.message}")
     rows = pd.DataFrame(audit.rows)
@@ -116,7 +117,7 @@ def reward_audit(
         value=rows,
         metadata={
             **audit.numbers,
-            "labelled_rows": len(labelled),
+            **_label_metadata(audit, labelled),
             "probe_tasks": len(tasks),
             "reward_weights": dg.MetadataValue.json(training.reward_weights),
             "checks": dg.MetadataValue.md("\n".join(f"- {check.message}" for check in audit.checks)),
@@ -133,10 +134,22 @@ def reward_audit(
                 metadata={
                     **{k: v for k, v in audit.numbers.items() if isinstance(v, int | float)},
                     "failed_checks": dg.MetadataValue.json([check.name for check in audit.failures]),
+                    "label_files": dg.MetadataValue.json(labelled.files),
                 },
             )
         ],
     )
+
+
+def _label_metadata(audit: RewardAudit, labelled: AuditLabels) -> dict[str, Any]:
+    """Which labels the audit used, and its agreement per source (hand-written, reviewed), family and verifier."""
+    table = agreement_table(audit.rows, labelled.rows)
+    return {
+        "labelled_rows": len(labelled.rows),
+        "reviewed_rows": labelled.reviewed,
+        "label_files": dg.MetadataValue.json(labelled.files),
+        "agreement_by_source": dg.MetadataValue.md(markdown_table(table, AGREEMENT_COLUMNS)),
+    }
 
 
 @dg.asset(group_name=groups.TRAINING, deps=["reward_audit"], pool="gpu")

@@ -510,6 +510,18 @@ def _audit_labelled(
     return rows
 
 
+def score_labelled(
+    reward_funcs: Sequence[Callable[..., Any]],
+    weights: Sequence[float],
+    labelled: Sequence[LabelledCompletion],
+    *,
+    policy: RewardAuditPolicy | None = None,
+) -> list[dict[str, Any]]:
+    """The labelled rows scored as `audit_reward` scores them (its `rows`), without the probes and checks: what a
+    review page shows after each label. Empty when a reward function misbehaved."""
+    return _audit_labelled(reward_funcs, list(weights), labelled, policy or RewardAuditPolicy(), [], {})
+
+
 def _mean(values: Sequence[float | None]) -> float:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else 0.0
