@@ -16,10 +16,18 @@ from assets.metadata import markdown_table, preview, tracking_metadata
 from assets.plots import bar_chart
 from curation.manifests import split_epochs
 from resources import CHECKPOINTS_FOLDER, ExperimentTracking, PromotionGate, SeedRepository, StorageRoot
-from training.episodes import play_and_score
 from training.evaluation import EvalTaskCounts, SampledVerdicts, eval_task_counts
-from training.gate_eval import FAMILY_COLUMNS, EvalTable, eval_table, failure_report, paired_comparison, role_models
-from training.promotion import compared_models, decide, decision_line, promotion_record
+from training.gate_eval import (
+    FAMILY_COLUMNS,
+    EvalTable,
+    FailureReport,
+    eval_table,
+    failure_report,
+    paired_comparison,
+    role_models,
+)
+from training.promotion import PromotionDecision, compared_models, decide, decision_line, promotion_record
+from training.stats import Comparison
 from training.tracking import log_evaluation, log_gate
 
 
@@ -49,17 +57,7 @@ def checkpoint_eval(
     sampled: dict[str, SampledVerdicts] = {}
     for role, model in models.items():
         context.log.info(f"{role} {model}: {plan}")
-        sampled[role] = play_and_score(
-            storage.model_dir(model),
-            tasks,
-            k=gate.samples,
-            max_new_tokens=gate.max_new_tokens,
-            temperature=gate.temperature,
-            seed=gate.seed,
-            batch_size=gate.batch_size,
-            max_turns=gate.episode_max_turns,
-            context=seeds.verify_context(),
-        )
+        sampled[role] = gate.play(storage.model_dir(model), tasks, seeds.verify_context())
     table = eval_table(sampled, models, failure_ids, samples=gate.samples, seed=gate.seed)
     # Into the MLflow run that trained the candidate (found by its checkpoint), beside its training curves.
     run = log_evaluation(tracking.config(), models["candidate"], models["baseline"], table)
@@ -91,27 +89,34 @@ def promotion(
         context.log.info(f"promotion: {reason}")
     record = promotion_record(decision, models, failures)
     run = log_gate(tracking.config(), decision, comparison, record)  # the candidate's MLflow run
-    return dg.MaterializeResult(
-        value=pd.DataFrame([record]),
-        metadata={
-            "decision": decision.verdict,
-            "promoted": decision.promote,
-            "candidate": models["candidate"],
-            "baseline": models["baseline"],
-            "difference": comparison.overall.difference.value,
-            "difference_low": comparison.overall.difference.low,
-            "difference_high": comparison.overall.difference.high,
-            "reasons": dg.MetadataValue.md("\n".join(f"- {reason}" for reason in decision.reasons)),
-            # Reported apart, not a gate rule: which held-out production failures the candidate now solves.
-            "failure_eval": failures["summary"],
-            "failures_fixed": dg.MetadataValue.json(failures["fixed"]),
-            "failures_broken": dg.MetadataValue.json(failures["broken"]),
-            "split_epochs": dg.MetadataValue.json(epochs),
-            "promoted_model": registry.baseline(models["baseline"]),
-            "registry": dg.MetadataValue.path(str(registry.path)),
-            **tracking_metadata(run),
-        },
-    )
+    metadata = {
+        **_promotion_metadata(decision, comparison, models, failures),
+        "split_epochs": dg.MetadataValue.json(epochs),
+        "promoted_model": registry.baseline(models["baseline"]),
+        "registry": dg.MetadataValue.path(str(registry.path)),
+        **tracking_metadata(run),
+    }
+    return dg.MaterializeResult(value=pd.DataFrame([record]), metadata=metadata)
+
+
+def _promotion_metadata(
+    decision: PromotionDecision, comparison: Comparison, models: dict[str, str], failures: FailureReport
+) -> dict[str, Any]:
+    """The metadata of `promotion`: the decision, the overall difference with its interval, and why."""
+    return {
+        "decision": decision.verdict,
+        "promoted": decision.promote,
+        "candidate": models["candidate"],
+        "baseline": models["baseline"],
+        "difference": comparison.overall.difference.value,
+        "difference_low": comparison.overall.difference.low,
+        "difference_high": comparison.overall.difference.high,
+        "reasons": dg.MetadataValue.md("\n".join(f"- {reason}" for reason in decision.reasons)),
+        # Reported apart, not a gate rule: which held-out production failures the candidate now solves.
+        "failure_eval": failures["summary"],
+        "failures_fixed": dg.MetadataValue.json(failures["fixed"]),
+        "failures_broken": dg.MetadataValue.json(failures["broken"]),
+    }
 
 
 def _eval_metadata(

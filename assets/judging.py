@@ -16,6 +16,7 @@ from curation.splits import first_per_family
 from judge import (
     DEFAULT_RUBRIC,
     LABEL_PARAMS,
+    Calibration,
     JudgeHistoryError,
     JudgeSetup,
     JudgeStats,
@@ -90,15 +91,12 @@ def build_judge_calibration(severity: dg.AssetCheckSeverity) -> dg.AssetsDefinit
         passed, reasons = check_calibration(calibration, judge.floors())
         for reason in reasons:
             context.log.warning(f"judge calibration: {reason}")
-        numbers = {k: v for k, v in calibration.as_dict().items() if v is not None}
         return dg.MaterializeResult(
             # Each judgment carries the verdict on the judge that made it: `judged_tasks` passes it on to the splits.
             value=pd.DataFrame([j.as_dict() for j in run.judgments]).assign(calibration_passed=passed),
             metadata={
                 "items": len(items),
-                **{k: numbers[k] for k in CALIBRATION_NUMBERS if k in numbers},
-                "judge_error_rate": calibration.judge_error_rate,
-                "confusion": dg.MetadataValue.md(f"```\n{calibration.table()}\n```"),
+                **_calibration_numbers(calibration),
                 "self_consistency": dg.MetadataValue.json(
                     {"label_agreement": consistency.label_agreement, "unstable": list(consistency.unstable)}
                 ),
@@ -110,12 +108,22 @@ def build_judge_calibration(severity: dg.AssetCheckSeverity) -> dg.AssetsDefinit
                     passed=passed,
                     severity=severity,
                     description="meets the floors" if passed else "; ".join(reasons) + ": its labels are not used",
-                    metadata={"floors": dg.MetadataValue.json(judge.floors().__dict__), "kappa": numbers.get("kappa")},
+                    metadata={"floors": dg.MetadataValue.json(judge.floors().__dict__), "kappa": calibration.kappa},
                 )
             ],
         )
 
     return judge_calibration
+
+
+def _calibration_numbers(calibration: Calibration) -> dict[str, Any]:
+    """The judge's agreement figures as metadata (those it could compute), its error rate and confusion table."""
+    numbers = {k: v for k, v in calibration.as_dict().items() if v is not None}
+    return {
+        **{k: numbers[k] for k in CALIBRATION_NUMBERS if k in numbers},
+        "judge_error_rate": calibration.judge_error_rate,
+        "confusion": dg.MetadataValue.md(f"```\n{calibration.table()}\n```"),
+    }
 
 
 @dg.op(ins={"deduplicated_tasks": dg.In(), "judge_calibration": dg.In(dg.Nothing)}, out=dg.DynamicOut(pd.DataFrame))

@@ -283,22 +283,18 @@ def grpo_checkpoint(
     tracking: ExperimentTracking,
     pipes: dg.PipesSubprocessClient,
 ) -> dg.MaterializeResult[pd.DataFrame]:
-    """GRPO with the registry's rewards, run by `python -m training.grpo_job` under Dagster Pipes.
-
-    Step metrics stream back while it trains; the same job config runs under a Kubernetes/GPU launcher.
-    """
+    """GRPO with the registry's rewards by `python -m training.grpo_job` under Dagster Pipes (or a GPU launcher)."""
     part = grpo_set(train_tasks, difficulty_profile)
     if part.empty:  # no task the starting policy learns from: a night without one still evaluates it
         return _no_grpo(context, sft_checkpoint, train_tasks, difficulty_profile)
     start = str(sft_checkpoint.loc[0, "checkpoint"])
     grpo = job_grpo_settings(training.grpo, training.reward_weights, training.episode_max_turns)
     run = (TRAINING_FOLDER, "grpo", run_digest(start, sorted(part["task_id"]), {"runtime": training.runtime, **grpo}))
-    tracked = tracking.config()
     named = {"run_name": f"grpo-{run[2]}", **grpo}  # the MLflow run's and TensorBoard folder's name
     with storage.folder(*run) as run_dir:
-        job, config_path = write_job(part, run_dir, storage.model_dir(start), training.runtime, named, tracked)
-        context.log.info(f"GRPO on {len(part)} tasks from {start}; job config {config_path}")
-        reported, steps = _run_job(context, pipes, seeds, config_path)
+        job, job_file = write_job(part, run_dir, storage.model_dir(start), training.runtime, named, tracking.config())
+        context.log.info(f"GRPO on {len(part)} tasks from {start}; job config {job_file}")
+        reported, steps = _run_job(context, pipes, seeds, job_file)
         kept = partial(_stored, storage, run, run_dir)  # where each file stays once the folder is committed
     manifest = _record_checkpoint(
         context,
@@ -311,9 +307,9 @@ def grpo_checkpoint(
         tasks=reported.trained_tasks(records_from_frame(part[list(TASK_FIELDS)])),
         config=job.relocated(start, kept).to_mapping(),
     )
-    tag_checkpoint(tracked, reported.tracked, kept(reported.checkpoint_dir))
+    tag_checkpoint(tracking.config(), reported.tracked, kept(reported.checkpoint_dir))
     return dg.MaterializeResult(
-        value=manifest, metadata=_grpo_metadata(manifest, reported, steps, kept(config_path), len(train_tasks))
+        value=manifest, metadata=_grpo_metadata(manifest, reported, steps, kept(job_file), len(train_tasks))
     )
 
 

@@ -34,10 +34,13 @@ from resources.mirror import (
     SPLIT_FIELDS,
 )
 from resources.storage import StorageRoot
+from training.episodes import play_and_score
+from training.evaluation import SampledVerdicts
 from training.grpo_job import Runtime
 from training.promotion import FamilyRule, PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
 from training.sft import SFTSettings
+from validators.registry import VerifyContext
 from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
@@ -292,6 +295,20 @@ class PromotionGate(dg.ConfigurableResource):
     def registry(self, store: StateStore) -> PromotionRegistry:
         """The promotion record: the file at `registry_path`, or the table in `store`'s database."""
         return PromotionRegistry(self.registry_path, store)
+
+    def play(self, model_dir: str, tasks: list[dict[str, Any]], context: VerifyContext) -> SampledVerdicts:
+        """One model's `samples` completions of each task (an episode task's, played turn by turn), scored."""
+        return play_and_score(
+            model_dir,
+            tasks,
+            k=self.samples,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            max_turns=self.episode_max_turns,
+            context=context,
+        )
 
     def eval_tasks(self, eval_tasks: pd.DataFrame, failure_eval: pd.DataFrame) -> list[dict[str, Any]]:
         """The eval tasks `checkpoint_eval` scores, as task records in split order: a uniform sample of
