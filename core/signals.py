@@ -16,10 +16,14 @@ Two fixes, one per side:
 
 from __future__ import annotations
 
+import logging
 import signal
+import socketserver
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+logger = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -55,3 +59,30 @@ def stoppable() -> list[str]:
     for name in reset:
         signal.signal(signal.Signals[name], signal.SIG_DFL)
     return reset
+
+
+def serve_until_stopped(
+    server: socketserver.BaseServer, what: str, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Serve `server` until SIGTERM or SIGINT (Ctrl-C), then return once it is closed; the handlers set here are
+    restored on return. Call it from the main thread (the signal handlers live there).
+
+    Args:
+        server: a bound server (`http.server.ThreadingHTTPServer`, ...); it is closed on return.
+        what: its name in the log line a stop writes.
+        on_ready: called once the handlers are in place, just before serving.
+    """
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: object) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            logger.info("%s: stopping the %s", signal.Signals(signum).name, what)
+            threading.Thread(target=server.shutdown, daemon=True).start()  # shutdown() waits for serve_forever
+
+    with dispositions_kept(), server:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, stop)
+        if on_ready is not None:
+            on_ready()
+        server.serve_forever(poll_interval=0.2)

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -39,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
-from core.signals import STOP_SIGNALS, dispositions_kept
+from core.signals import serve_until_stopped
 from interop.nemo_gym import DEFAULT_ANSWER_VERIFIER, NemoGymRowError, completion_from_response, row_verifier
 from validators.registry import VerifyContext, spec_problems, verify
 
@@ -222,21 +220,13 @@ def serve(config: RewardServerConfig, *, on_ready: Callable[[str], None] | None 
             f"cannot listen on {config.host}:{config.port} ({exc.strerror})",
             hint="pick another --port (0: any free one), or stop what holds it",
         ) from None
-    stopping = threading.Event()
 
-    def stop(signum: int, frame: object) -> None:
-        if not stopping.is_set():
-            stopping.set()
-            logger.info("%s: stopping the reward server", signal.Signals(signum).name)
-            threading.Thread(target=server.shutdown, daemon=True).start()  # shutdown() waits for serve_forever
-
-    with dispositions_kept(), server:
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, stop)
+    def ready() -> None:
         if on_ready is not None:
             on_ready(server.url)
         logger.info("seedwheel reward server at %s%s", server.url, VERIFY_PATH)
-        server.serve_forever(poll_interval=0.2)
+
+    serve_until_stopped(server, "reward server", ready)
 
 
 class RewardServerError(SeedwheelError, OSError):

@@ -957,3 +957,81 @@ def reward_server(host: str, port: int, tasks: Path | None, answer_verifier: str
         click.echo(f"seedwheel reward-server: POST {url}/verify (Ctrl-C or SIGTERM stops it)")
 
     serve_rewards(config, on_ready=announce)
+
+
+def _review_home(home: str | None) -> tuple[Settings, Path]:
+    """Settings and the storage root as a local folder (the review page reads and writes files there)."""
+    settings = Settings.from_env(home=home)
+    if not isinstance(settings.home, Path):
+        raise click.UsageError(f"--home {settings.home}: the review page needs a local storage root (a folder)")
+    settings.register_verifier_plugins()
+    return settings, settings.home
+
+
+@main.group(invoke_without_command=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0: any free port.")
+@click.option("--judge-model", default="", help="The judge model named in judge labels. Default: SEEDWHEEL_LLM_MODEL.")
+@home_option
+@click.pass_context
+def review(ctx: click.Context, host: str, port: int, judge_model: str, home: str | None) -> None:
+    """Serve the review page until Ctrl-C or SIGTERM (docs/review.md): label real outputs against the verifier,
+    label the judge, complete the failures review queue. Labels go under <seeds>/audit/review/, seeds under
+    <seeds>/<family>/."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import logging
+
+    from review.server import ReviewConfig
+    from review.server import serve as serve_review
+    from validators.registry import VerifyContext
+
+    settings, root = _review_home(home)
+    config = ReviewConfig(
+        home=root,
+        seeds_folder=settings.seeds_dir,
+        host=host,
+        port=port,
+        context=VerifyContext(seeds_dir=settings.seeds_dir),
+        judge_model=judge_model or settings.llm_model or "bundled",
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def announce(url: str) -> None:
+        click.echo(f"seedwheel review: {url}/ (Ctrl-C or SIGTERM stops it)")
+
+    serve_review(config, on_ready=announce)
+
+
+@review.command("sample")
+@click.option("--n", "count", type=click.IntRange(1, 1000), default=60, show_default=True, help="Outputs to sample.")
+@click.option("--model", default=None, help="Model directory or id. Default: the promoted model, else the base model.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Picks the tasks and seeds the sampling.")
+@click.option("--max-tokens", type=click.IntRange(1, 8192), default=256, show_default=True)
+@home_option
+def review_sample(count: int, model: str | None, seed: int, max_tokens: int, home: str | None) -> None:
+    """Sample real outputs of the current policy on training tasks, verify each, attach the judge's verdict, and
+    store them for the review page (<home>/review/outputs.jsonl)."""
+    from llm.models import bundled_model
+    from review.sampling import current_policy, judge_verdicts, sample_outputs, training_tasks, write_outputs
+    from validators.registry import VerifyContext
+
+    settings, root = _review_home(home)
+    tasks = training_tasks(root)
+    if model is None:
+        model = current_policy(root, settings.base_model or str(bundled_model(settings.models_dir)))
+    click.echo(f"seedwheel review sample: {count} outputs of {model}", err=True)
+    records = sample_outputs(
+        model,
+        tasks,
+        log_dir=root / "local_model" / "logs",
+        n=count,
+        seed=seed,
+        max_tokens=max_tokens,
+        context=VerifyContext(seeds_dir=settings.seeds_dir),
+        judged=judge_verdicts(root),
+    )
+    path = write_outputs(root, records)
+    passed = sum(r["verdict"]["passed"] for r in records)
+    click.echo(f"{len(records)} outputs ({passed} pass their verifier) -> {path}")
+    click.echo(f"review them: seedwheel review --home {root}")

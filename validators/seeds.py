@@ -1,6 +1,7 @@
 """Curated seed sets: files under `seeds/<family>/` (JSONL, or YAML for hand-written sets) -> task records.
 
-A seed file may omit what can be derived: `task_id` (the content hash), `lineage` (a seed is its own root),
+A seed file may omit what can be derived: `task_id` (the content hash), `lineage` (a seed is its own root; a seed
+completed from a production failure names it, `lineage: {failure_id: ...}`),
 `family` (the folder name), `verifier.version` (the latest registered), `verifier.params` (`{}`), `difficulty`
 and `tags`. A `prompt`
 given as a string is one user message. Every problem is reported as `path:line: what (pointer) - fix`.
@@ -250,11 +251,18 @@ def to_task_record(record: SeedRecord) -> tuple[dict[str, Any] | None, list[Prob
             )
         )
     task["task_id"] = task_id
-    lineage = {"seed_id": task_id, "parent_id": None, "generator": None, "source": "seed", "failure_id": None}
-    if "lineage" in raw and raw["lineage"] != lineage:
+    # A seed completed from a production failure (`review.queue`) names it: `lineage: {failure_id: ...}`.
+    given = raw.get("lineage")
+    failure_id = given.get("failure_id") if isinstance(given, Mapping) else None
+    failure_id = failure_id if isinstance(failure_id, str) and failure_id else None
+    lineage = {"seed_id": task_id, "parent_id": None, "generator": None, "source": "seed", "failure_id": failure_id}
+    if "lineage" in raw and given not in (lineage, {"failure_id": failure_id}):
         problems.append(
             Problem(
-                "lineage_mismatch", "/lineage", "a seed's lineage must be its own root", "remove lineage from the seed"
+                "lineage_mismatch",
+                "/lineage",
+                "a seed's lineage must be its own root",
+                "remove lineage from the seed, or keep only the production failure it came from: {failure_id: ...}",
             )
         )
     task["lineage"] = lineage
