@@ -22,6 +22,7 @@ from failures import LogTables, derive_failure_tasks, log_tables, process_failur
 from failures.redaction import RedactionReport
 from failures.traffic import RATE_COLUMNS, RateReport, rate_report, rate_table, rate_text
 from resources import FailureInbox, SeedRepository
+from review.queue import completed_failures, drop_completed
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
@@ -185,7 +186,8 @@ def failure_tasks(failure_logs, seeds: SeedRepository):
     records = [record for _, frame in sorted(files.items()) for record in records_from_frame(frame)]
     tasks, review = derive_failure_tasks(records, context=seeds.verify_context())
     task_frame = frame_from_records(tasks, TASK_FIELDS)
-    review_frame = frame_from_records(review, REVIEW_COLUMNS)
+    # An item a person completed into a seed (its lineage names the failure) has left the queue.
+    review_frame = drop_completed(frame_from_records(review, REVIEW_COLUMNS), completed_failures(seeds.folder))
     yield dg.Output(
         task_frame,
         output_name="failure_tasks",
