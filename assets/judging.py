@@ -16,6 +16,7 @@ from curation.splits import first_per_family
 from judge import (
     DEFAULT_RUBRIC,
     LABEL_PARAMS,
+    AuditItem,
     Calibration,
     JudgeHistoryError,
     JudgeSetup,
@@ -24,13 +25,11 @@ from judge import (
     accept_rate,
     audit_labels,
     calibrate,
-    calibration_sample,
     calibration_verdict,
     describe_change,
     judge_setup,
     judge_tasks,
     label_table,
-    load_audit_set,
     load_setup,
     lowest_score_counts,
     save_setup,
@@ -43,7 +42,7 @@ from judge import (
 from judge import check as check_calibration
 from judge.rubric import SCORES
 from resources import JUDGE_HISTORY_FOLDER, JudgePolicy, LLMEndpoint, SeedRepository, StorageRoot
-from validators.seeds import AUDIT_DIR
+from review.judging import REVIEWED_TAG, calibration_items, label_sources
 from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
@@ -76,7 +75,7 @@ def build_judge_calibration(severity: dg.AssetCheckSeverity) -> dg.AssetsDefinit
         context: dg.AssetExecutionContext, seeds: SeedRepository, llm: LLMEndpoint, judge: JudgePolicy
     ):  # no return annotation: with a check spec the op has two outputs, and Dagster reads annotations per output
         """The judge's agreement with human labels on the audit set, and with itself over repeated samples."""
-        items = calibration_sample(load_audit_set(seeds.folder / AUDIT_DIR), judge.calibration_per_family)
+        items = calibration_items(seeds.folder, judge.calibration_per_family)  # + the verdicts reviewers labelled
         context.log.info(f"judging {len(items)} labelled audit items, {judge.calibration_samples} samples each")
         run = judge_tasks(
             [item.as_task() for item in items],
@@ -95,7 +94,7 @@ def build_judge_calibration(severity: dg.AssetCheckSeverity) -> dg.AssetsDefinit
             # Each judgment carries the verdict on the judge that made it: `judged_tasks` passes it on to the splits.
             value=pd.DataFrame([j.as_dict() for j in run.judgments]).assign(calibration_passed=passed),
             metadata={
-                "items": len(items),
+                **_items_metadata(items),
                 **_calibration_numbers(calibration),
                 "self_consistency": dg.MetadataValue.json(
                     {"label_agreement": consistency.label_agreement, "unstable": list(consistency.unstable)}
@@ -108,12 +107,30 @@ def build_judge_calibration(severity: dg.AssetCheckSeverity) -> dg.AssetsDefinit
                     passed=passed,
                     severity=severity,
                     description="meets the floors" if passed else "; ".join(reasons) + ": its labels are not used",
-                    metadata={"floors": dg.MetadataValue.json(judge.floors().__dict__), "kappa": calibration.kappa},
+                    metadata=_check_metadata(judge, calibration, items),
                 )
             ],
         )
 
     return judge_calibration
+
+
+def _items_metadata(items: list[AuditItem]) -> dict[str, Any]:
+    """How many items were judged, how many came from reviewers' labels, and the label files they came from."""
+    return {
+        "items": len(items),
+        "reviewed_items": sum(REVIEWED_TAG in item.tags for item in items),
+        "label_files": dg.MetadataValue.json(label_sources(items)),
+    }
+
+
+def _check_metadata(judge: JudgePolicy, calibration: Calibration, items: list[AuditItem]) -> dict[str, Any]:
+    """The check's floors, its kappa and the label files it used."""
+    return {
+        "floors": dg.MetadataValue.json(judge.floors().__dict__),
+        "kappa": calibration.kappa,
+        "label_files": dg.MetadataValue.json(label_sources(items)),
+    }
 
 
 def _calibration_numbers(calibration: Calibration) -> dict[str, Any]:
