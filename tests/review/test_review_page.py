@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -102,8 +103,28 @@ def browser() -> Iterator[WebDriver]:
         yield driver
 
 
+def _wait(browser: WebDriver) -> WebDriverWait:
+    """A wait that looks again when the page re-rendered what it was looking at (every label re-renders it)."""
+    return WebDriverWait(browser, 30, ignored_exceptions=(StaleElementReferenceException,))
+
+
+def _label(browser: WebDriver, index: int, button: str, reason: str) -> None:
+    """Type a reason into output `index`'s card and press `button` (agree or disagree), once the card is stable."""
+    for _ in range(10):
+        try:
+            card = browser.find_elements(By.CSS_SELECTOR, ".card.output")[index]
+            field = card.find_element(By.CSS_SELECTOR, "input.reason")
+            field.clear()
+            field.send_keys(reason)
+            card.find_element(By.CSS_SELECTOR, f"button.{button}").click()
+            return
+        except StaleElementReferenceException:
+            time.sleep(0.2)
+    raise AssertionError(f"output {index}'s card kept changing")
+
+
 def _agreement(browser: WebDriver, expected: str) -> None:
-    WebDriverWait(browser, 30).until(
+    _wait(browser).until(
         lambda b: b.find_element(By.ID, "reward-agreement").text.startswith(expected),
         f"agreement {expected}",
     )
@@ -114,19 +135,15 @@ def test_labelling_real_outputs_on_the_page_moves_the_reward_audit(
 ) -> None:
     _, seeds = review_home
     browser.get(f"{review_url}/?reviewer=ana")
-    WebDriverWait(browser, 30).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".card.output")) == OUTPUTS)
+    _wait(browser).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".card.output")) == OUTPUTS)
     assert browser.find_element(By.ID, "reward-agreement").text == "n/a"
     for i in range(OUTPUTS - 1):
-        card = browser.find_elements(By.CSS_SELECTOR, ".card.output")[i]
-        card.find_element(By.CSS_SELECTOR, "input.reason").send_keys("the verifier is right")
-        card.find_element(By.CSS_SELECTOR, "button.agree").click()
-        WebDriverWait(browser, 30).until(
+        _label(browser, i, "agree", "the verifier is right")
+        _wait(browser).until(
             lambda b, i=i: "done" in b.find_elements(By.CSS_SELECTOR, ".card.output")[i].get_attribute("class")
         )
     _agreement(browser, f"1.00 ({OUTPUTS - 1}/{OUTPUTS - 1}")
-    last = browser.find_elements(By.CSS_SELECTOR, ".card.output")[OUTPUTS - 1]
-    last.find_element(By.CSS_SELECTOR, "input.reason").send_keys("I would pay this one")
-    last.find_element(By.CSS_SELECTOR, "button.disagree").click()
+    _label(browser, OUTPUTS - 1, "disagree", "I would pay this one")
     _agreement(browser, f"0.75 ({OUTPUTS - 1}/{OUTPUTS}")
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(str(artifacts / "review-rewards.png"))
