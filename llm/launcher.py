@@ -85,6 +85,9 @@ INHERITED_ENV = (
 ONLINE_ENV = ("HF_TOKEN", "HF_ENDPOINT")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
+# One request to a local server on CPU: it batches concurrent requests into one decode loop, and a batch of long
+# prompts takes a minute or more on 2 cores, so a client's usual 60 s would time out and retry work in progress.
+LOCAL_REQUEST_TIMEOUT_S = 900.0
 _PROBE_TIMEOUT_S = 2.0
 _POLL_INTERVAL_S = 0.25
 _PORT_ATTEMPTS = 3

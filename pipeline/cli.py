@@ -1030,6 +1030,7 @@ def review_sample(count: int, model: str | None, seed: int, max_tokens: int, hom
         max_tokens=max_tokens,
         context=VerifyContext(seeds_dir=settings.seeds_dir),
         judged=judge_verdicts(root),
+        progress=_progress("sampled"),
     )
     path = write_outputs(root, records)
     passed = sum(r["verdict"]["passed"] for r in records)

@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 
 import dagster as dg
 
+from llm.launcher import LOCAL_REQUEST_TIMEOUT_S
 from pipeline.settings import Profile, Settings
 from resources import CurationPolicy, JudgePolicy, LLMEndpoint, PromotionGate, TrainingPolicy, VariantPlan
 
@@ -65,7 +66,11 @@ def quickstart(settings: Settings) -> ProfileResources:
         # The local server batches 8 concurrent requests into one decode loop, with both cores (the step only
         # waits for it); a request may wait for the batch before it, hence the timeout.
         llm=LLMEndpoint(
-            **_endpoint(settings), max_concurrency=8, timeout_s=900.0, local_threads=2, **GENERATION_PARAMS
+            **_endpoint(settings),
+            max_concurrency=8,
+            timeout_s=LOCAL_REQUEST_TIMEOUT_S,
+            local_threads=2,
+            **GENERATION_PARAMS,
         ),
         # One paraphrase of the easiest parent per family: every family shows a real rewrite, a few calls in all.
         plan=VariantPlan(per_seed=3, rewrite_kinds=["paraphrase"], rewrites_per_kind=1, rewrite_max_per_family=1),

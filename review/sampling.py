@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
-from llm.client import LLMClient
-from llm.launcher import ModelServer
+from llm.client import LLMClient, Progress
+from llm.launcher import LOCAL_REQUEST_TIMEOUT_S, ModelServer
 from llm.types import ChatRequest, EndpointConfig
 from review.labels import now
 from training.evaluation import is_episode
@@ -117,6 +117,7 @@ def sample_outputs(
     temperature: float = 0.7,
     context: VerifyContext | None = None,
     judged: Mapping[str, Mapping[str, Any]] | None = None,
+    progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Sample one output per picked task from `model` on a local server, verify each, attach the judge's verdict.
 
@@ -129,6 +130,7 @@ def sample_outputs(
         max_tokens, temperature: the sampling.
         context: where verifier fixtures resolve.
         judged: `judge_verdicts(home)`.
+        progress: called as `progress(done, total)` as outputs come back.
 
     Returns:
         One record per output: `id`, `model`, `sampled_at`, `task_id`, `family`, `prompt`, `verifier` (with its
@@ -138,13 +140,14 @@ def sample_outputs(
     if not picked:
         raise ReviewInputError("no non-episode training task to sample on", hint="run the flywheel on more seeds")
     with ModelServer(model, log_dir=log_dir) as server:
-        client = LLMClient(EndpointConfig(base_url=server.base_url, model=server.model, max_concurrency=4), None)
+        config = EndpointConfig(server.base_url, server.model, max_concurrency=8, timeout_s=LOCAL_REQUEST_TIMEOUT_S)
+        client = LLMClient(config, None)
         params = {"temperature": temperature, "max_tokens": max_tokens}
         requests = [
             ChatRequest(list(task["prompt"]), SAMPLE_TEMPLATE, params={**params, "seed": seed + i})
             for i, task in enumerate(picked)
         ]
-        results = client.complete_many_sync(requests)
+        results = client.complete_many_sync(requests, progress)
     sampled_at = now()
     records = []
     for task, result in zip(picked, results, strict=True):
