@@ -21,6 +21,7 @@ WORKDIR /opt/seedwheel
 COPY pyproject.toml Makefile README.md ./
 COPY core core
 COPY llm llm
+COPY sandbox sandbox
 COPY validators validators
 COPY curation curation
 COPY failures failures
@@ -30,13 +31,14 @@ COPY training training
 COPY assets assets
 COPY simulation simulation
 COPY interop interop
+COPY review review
 COPY resources resources
 COPY pipeline pipeline
 COPY seeds seeds
 COPY workspace.yaml ./
 RUN make install-production
 
-# The process stays root on purpose: the verifier sandbox (validators/sandbox.py) runs each child of model-written
+# The process stays root on purpose: the verifier sandbox (sandbox/process.py) runs each child of model-written
 # code under its own unprivileged uid and in fresh network and mount namespaces, which takes root in the
 # container (the pod needs CAP_SYS_ADMIN for the namespaces; without it the sandbox reports the missing layers).
 ENV SEEDWHEEL_PROFILE=production \

@@ -8,6 +8,7 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import markdown_table
+from core.tables import records_from_frame
 from resources import PromotionGate, TrainingPolicy
 from training.budget import (
     SKIPPED,
@@ -24,7 +25,6 @@ from training.budget import (
     throughput_for,
 )
 from training.difficulty import empty_grpo_set_reason, grpo_set
-from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
 PLAN_COLUMNS = ("quantity", "value", "how")

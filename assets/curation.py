@@ -10,6 +10,7 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, shard_metadata, shard_steps, task_preview
 from core.shards import cache_totals, plan_shards
+from core.tables import frame_from_records, records_from_frame
 from curation.curate import dedup_tasks
 from curation.validation_shards import (
     SHARD_STATS_COLUMNS,
@@ -21,7 +22,6 @@ from curation.validation_shards import (
 )
 from curation.validity import TASK_REJECT_COLUMNS, below_floor, family_validity
 from resources import VALIDATION_CACHE_FOLDER, CurationPolicy, SeedRepository, StorageRoot
-from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS, check_tasks
 
 
@@ -47,7 +47,7 @@ def check_shard(
     """One shard's checks: schema, id hash, verifier params, reference passes, a wrong answer fails."""
     tasks = records_from_frame(shard[list(TASK_FIELDS)])
     # Verdicts of earlier nights by content (validators.tasks.verdict_key): only new or changed tasks are checked.
-    # Shards share the cache: each commit adds a segment of its own (validators.cache_store).
+    # Shards share the cache: each commit adds a segment of its own (core.cache_store).
     with storage.cache(VALIDATION_CACHE_FOLDER) as cache:
         if cache.rebuilt:
             context.log.warning(f"validation cache partly recomputed: {cache.rebuild_reason}")

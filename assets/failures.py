@@ -18,12 +18,12 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview
 from assets.plots import interval_chart
+from core.tables import frame_from_records, records_from_frame
 from failures import LogTables, derive_failure_tasks, log_tables, process_failure_log
 from failures.redaction import RedactionReport
 from failures.traffic import RATE_COLUMNS, RateReport, rate_report, rate_table, rate_text
 from resources import FailureInbox, SeedRepository
 from review.queue import completed_failures, drop_completed
-from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
 failure_files = dg.DynamicPartitionsDefinition(name="failure_files")

@@ -17,13 +17,13 @@ from assets.metadata import (
     task_preview,
 )
 from core.shards import cache_totals, plan_shards
+from core.tables import frame_from_records, records_from_frame
 from curation.splits import first_per_family
 from generators.base import GenerationResult
 from generators.programmatic import generate_variants
 from generators.rewrite import rewrite_tasks
 from generators.shards import SHARD_STATS_COLUMNS, ShardStats, merge_variants
 from resources import GENERATION_CACHE_FOLDER, LLMEndpoint, StorageRoot, VariantPlan
-from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
 REJECT_COLUMNS = ("parent_id", "seed_id", "family", "generator", "reason_code", "reason", "params", "raw")
@@ -51,7 +51,7 @@ def generate_shard(context: dg.OpExecutionContext, shard: pd.DataFrame, plan: Va
     """One shard's programmatic variants (each parent's output depends on that parent alone)."""
     parents = records_from_frame(shard[list(TASK_FIELDS)])
     # Outputs of earlier nights per parent (generators.programmatic.variants_key): an unchanged seed is not redone.
-    # Shards share the cache: each commit adds a segment of its own (validators.cache_store).
+    # Shards share the cache: each commit adds a segment of its own (core.cache_store).
     with storage.cache(GENERATION_CACHE_FOLDER) as cache:
         if cache.rebuilt:
             context.log.warning(f"generation cache partly recomputed: {cache.rebuild_reason}")

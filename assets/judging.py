@@ -12,6 +12,7 @@ from assets import groups
 from assets.metadata import count_table, markdown_table, preview, progress_logger, shard_metadata, shard_steps
 from assets.plots import bar_chart
 from core.shards import plan_shards
+from core.tables import frame_from_records, records_from_frame
 from curation.splits import first_per_family
 from judge import (
     DEFAULT_RUBRIC,
@@ -43,7 +44,6 @@ from judge import check as check_calibration
 from judge.rubric import SCORES
 from resources import JUDGE_HISTORY_FOLDER, JudgePolicy, LLMEndpoint, SeedRepository, StorageRoot
 from review.judging import REVIEWED_TAG, calibration_items, label_sources
-from validators.tables import frame_from_records, records_from_frame
 from validators.tasks import TASK_FIELDS
 
 WORST_ROWS = 10

@@ -10,8 +10,8 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
+from core.tables import records_from_frame
 from training.tracking import TrackedRun
-from validators.tables import records_from_frame
 
 PREVIEW_ROWS = 10
 PROGRESS_STEPS = 10

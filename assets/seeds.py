@@ -5,8 +5,8 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, preview, task_preview
+from core.tables import frame_from_records
 from resources import VALIDATION_CACHE_FOLDER, SeedRepository, StorageRoot
-from validators.tables import frame_from_records
 from validators.tasks import TASK_FIELDS
 
 REJECT_COLUMNS = ("origin", "task_id", "reason_code", "reason", "record")

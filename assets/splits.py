@@ -7,6 +7,7 @@ import pandas as pd
 
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, task_preview
+from core.tables import records_from_frame
 from curation.admission import Admission, admit
 from curation.curate import index_tasks, task_text
 from curation.dedup import near_duplicate_pairs
@@ -15,8 +16,7 @@ from curation.split_ledger import LedgerEntry
 from curation.splits import EVAL, failure_count, failure_tasks, lineage_leaks
 from generators.rewrite import CHECKS_VERSION, LLMRewriter
 from resources import CHECKPOINTS_FOLDER, EXPORT_FOLDER, CurationPolicy, JudgePolicy, StorageRoot
-from validators.export import ExportedSplit, export_split
-from validators.tables import records_from_frame
+from training.export import ExportedSplit, export_split
 
 # The LLM generators, each with the version of the checks against its parent that vouch for its text today.
 LLM_CHECKS = {LLMRewriter.name: CHECKS_VERSION}

@@ -23,6 +23,7 @@ import pandas as pd
 from assets import groups
 from assets.metadata import count_table, markdown_table, preview, tracking_metadata
 from assets.plots import bar_chart, line_chart
+from core.tables import records_from_frame
 from curation.manifests import CheckpointManifest, write_manifest
 from curation.splits import first_per_family
 from llm import tether
@@ -50,6 +51,7 @@ from training.difficulty import (
 )
 from training.episodes import episodes_table, pass_rates_by_environment, sample_episodes
 from training.evaluation import is_episode
+from training.export import ExportedSplit
 from training.grpo import reward_spread
 from training.grpo_job import GRPOJobResult, job_grpo_settings, step_metrics, write_job
 from training.preferences import (
@@ -69,11 +71,9 @@ from training.retrain import DEFAULT_RETRAIN_GROWTH, retrain_decision
 from training.reward_audit import AuditCheck, RewardAudit, audit_reward
 from training.sft import SFTResult, SFTSettings, imitated_tasks, warm_up_digest, warm_up_tasks
 from training.tracking import TrackingConfig, tag_checkpoint
-from validators.export import ExportedSplit
 from validators.registry import VerifyContext
 from validators.rewards import build_reward_funcs
 from validators.seeds import AUDIT_DIR
-from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
 REWARD_AUDIT_FILE = Path(AUDIT_DIR, "reward_audit.jsonl")

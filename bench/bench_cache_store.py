@@ -2,7 +2,7 @@
 
 `.venv/bin/python bench/bench_cache_store.py [--existing 200000] [--new 1000] [--repeats 5]`
 
-A verdict cache (`validators.cache_store`) holding `--existing` entries (64-hex keys, as `verdict_key` makes them;
+A verdict cache (`core.cache_store`) holding `--existing` entries (64-hex keys, as `verdict_key` makes them;
 values as `check_task` stores them: no problems for 9 tasks in 10, one problem for the tenth, ~110 bytes a line)
 takes `--new` new entries (what `put` commits at a time: `COMMIT_EVERY`), measured in the same run:
 
@@ -38,8 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from validators.cache_store import SEGMENTS, CacheStore  # noqa: E402
-from validators.tables import atomic_write  # noqa: E402
+from core.cache_store import SEGMENTS, CacheStore  # noqa: E402
+from core.tables import atomic_write  # noqa: E402
 
 TARGET = 20.0  # new-design commit at least this many times cheaper than the old one, at 200k entries
 NIGHT_ENTRIES = 1_000_000  # the cold night projected on paper
@@ -133,7 +133,7 @@ def main() -> None:
         commit(compacting, entries(args.new, 10 * args.existing, rng))
         compact_s = time.perf_counter() - started
         if len(list((folder / SEGMENTS).glob("*.jsonl"))) != 2:
-            raise SystemExit("the compacting commit did not compact: see validators.cache_store.COMPACT_AFTER")
+            raise SystemExit("the compacting commit did not compact: see core.cache_store.COMPACT_AFTER")
         open_one_s = median_seconds(lambda: CacheStore.open(folder), args.repeats)
         store = CacheStore.open(folder)
         batches = iter(fresh)

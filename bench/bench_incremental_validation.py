@@ -47,13 +47,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from core.cache_store import CacheStore  # noqa: E402
 from curation.curate import dedup_tasks, index_tasks  # noqa: E402
 from curation.dedup import DedupIndex, MinHashConfig  # noqa: E402
 from generators.programmatic import (  # noqa: E402
     generate_variants,
     programmatic_generators,
 )
-from validators.cache_store import CacheStore  # noqa: E402
 from validators.registry import VerifyContext  # noqa: E402
 from validators.seeds import AUDIT_DIR, load_seeds  # noqa: E402
 from validators.tasks import check_tasks  # noqa: E402

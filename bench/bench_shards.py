@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
 
+from core.tables import frame_from_records, write_table  # noqa: E402
 from generators.base import derive_task  # noqa: E402
 from pipeline.instance import open_instance  # noqa: E402
 from pipeline.runs import materialize  # noqa: E402
@@ -56,7 +57,6 @@ from pipeline.settings import Settings  # noqa: E402
 from validators.records import GeneratorSpec, TaskRecord  # noqa: E402
 from validators.registry import VerifyContext  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
-from validators.tables import frame_from_records, write_table  # noqa: E402
 from validators.tasks import TASK_FIELDS  # noqa: E402
 
 SEEDS = REPO / "seeds"

@@ -26,9 +26,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from sandbox.process import isolation_report, run_python  # noqa: E402
 from validators.batch import verify_many  # noqa: E402
 from validators.registry import REGISTRY, VerifyContext, verify  # noqa: E402
-from validators.sandbox import isolation_report, run_python  # noqa: E402
 from validators.seeds import discover_seed_files, read_seed_file  # noqa: E402
 
 SANDBOXED = ("python_tests",)

@@ -19,7 +19,7 @@ What it does, once per config, with everything else equal:
    rewarded by `json_schema`. `medium` (hidden 1024, 12 layers, 136M parameters), `small` (hidden 512, 8 layers,
    24M) and `tiny` are random Qwen2-style models built by `training.tiny_model.build_tiny_model` on two-digit
    `a + b` / `a - b` tasks (`arithmetic_tasks`, `split_tasks`), rewarded by `numeric_answer`: the same shapes
-   with no learning signal. The train side is exported with `validators.export.export_split`.
+   with no learning signal. The train side is exported with `training.export.export_split`.
 3. **GRPO**: `training.grpo.run_grpo`, `--steps` optimizer steps of `--batch` completions (`--group` per prompt),
    `--max-new-tokens` each, bf16, `logging_steps=1`, no checkpoints. The `vllm` config adds `use_vllm=True,
    vllm_mode="colocate"` (vLLM shares the training GPU and process; `vllm_gpu_memory_utilization`
@@ -472,9 +472,9 @@ def main() -> int:
 
     from bench.learning_experiment import arithmetic_tasks, contact_tasks, split_tasks
     from llm.models import bundled_model
+    from training.export import export_split
     from training.grpo import GPU_EXTRA_HINT, vllm_available
     from training.tiny_model import build_tiny_model
-    from validators.export import export_split
 
     modes = [args.only] if args.only else list(MODES)
     skipped: dict[str, str] = {}

@@ -18,7 +18,7 @@ Then, for both:
 
 1. **SFT warm-up.** `training.sft.run_sft` on the train tasks' references.
 2. **GRPO.** `training.grpo.run_grpo` from the SFT model, on the exported train split
-   (`validators.export.export_split`), rewarded by the tasks' verifiers through the registry.
+   (`training.export.export_split`), rewarded by the tasks' verifiers through the registry.
 3. **Evaluation.** `training.evaluation.sample_and_score` (k samples per eval task), then `training.stats`:
    `evaluate` (pass@1 and pass@k with task-bootstrap 95% intervals) and `compare` (paired differences per task).
 
@@ -267,10 +267,10 @@ def main() -> int:
     hf_logging.disable_progress_bar()
 
     from llm.models import bundled_model
+    from training.export import export_split
     from training.grpo import SeedwheelGRPOFields, cpu_defaults, grpo_config_class, reward_spread, run_grpo
     from training.sft import SFTSettings, run_sft
     from training.tiny_model import build_tiny_model
-    from validators.export import export_split
 
     if args.setup == "contacts":
         train, held_out = contact_tasks(args.variants)

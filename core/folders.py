@@ -18,7 +18,7 @@ leaves objects no manifest names, which no reader sees; `RemoteFolder.prune` (`s
 and superseded manifests once no reader or commit can still need them.
 
 `working_copy(location)` is the whole protocol for a step: for a local folder it is the folder itself (files are
-renamed into place there: `validators.tables.atomic_write`); for an object store, a temporary folder holding the
+renamed into place there: `core.tables.atomic_write`); for an object store, a temporary folder holding the
 committed files, committed back when the block succeeds and deleted either way.
 
 `read_only_copy(url, cache)` is the reader's side for large, write-once contents such as a trained model: the

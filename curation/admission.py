@@ -21,11 +21,11 @@ from typing import Any
 
 import pandas as pd
 
+from core.tables import frame_from_records, records_from_frame
 from curation.curate import near_copy_roots, torn_row
 from curation.dedup import MinHashConfig
 from curation.splits import task_roots
 from curation.vouching import HELD_BACK_COLUMNS, Voucher, vouch
-from validators.tables import frame_from_records, records_from_frame
 
 
 @dataclass(frozen=True)

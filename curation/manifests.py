@@ -25,10 +25,10 @@ from typing import Any
 
 import pandas as pd
 
+from core.tables import atomic_write, read_table, write_table
 from curation.curate import task_text
 from curation.dedup import MinHashConfig, near_duplicate_pairs
 from curation.splits import lineage_leaks, task_roots
-from validators.tables import atomic_write, read_table, write_table
 
 MANIFEST = "manifest.json"
 TASKS = "tasks.parquet"

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
+from core.tables import write_jsonl
 from validators.registry import REGISTRY, UnknownVerifierError, Verifier, VerifyContext
 from validators.seeds import (
     DATA_SUFFIXES,
@@ -41,7 +42,6 @@ from validators.seeds import (
     check_seed_records,
     load_seeds,
 )
-from validators.tables import write_jsonl
 from validators.tasks import Problem
 
 

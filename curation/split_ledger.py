@@ -56,8 +56,8 @@ import pandas as pd
 
 from core import SeedwheelError
 from core.state import StateStore
+from core.tables import atomic_write, read_table, write_table
 from curation.splits import EVAL, TRAIN, SplitConfig, SplitPlan, plan_splits
-from validators.tables import atomic_write, read_table, write_table
 from validators.tasks import canonical_json
 
 logger = logging.getLogger(__name__)

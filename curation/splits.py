@@ -61,7 +61,7 @@ from typing import Any
 import pandas as pd
 
 from core import SeedwheelError
-from validators.tables import records_from_frame
+from core.tables import records_from_frame
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def lineage_ids(task: Mapping[str, Any], row: int | None = None) -> dict[str, st
         where = f"task {task.get('task_id', '?')}" + ("" if row is None else f" (row {row})")
         raise LineageError(
             f"{where} has lineage {type(lineage).__name__} {str(lineage)[:60]!r}, not a mapping",
-            hint="read tables with validators.tables.read_table, which decodes nested columns",
+            hint="read tables with core.tables.read_table, which decodes nested columns",
         )
     return {kind: str(lineage[kind]) for kind in LINEAGE_KINDS if lineage.get(kind) is not None}
 

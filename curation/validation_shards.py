@@ -6,7 +6,7 @@ that run side by side, and their verdicts merge back in input order.
 - **One table**: `merge_validation` turns the verdicts into what `validated_tasks` writes: the seeds and the valid
   tasks (each task once), a reject row for each other, and the validity rates.
 
-The verdict cache (`validators.cache_store.CacheStore`) is shared by the shards: each commit adds a segment of its
+The verdict cache (`core.cache_store.CacheStore`) is shared by the shards: each commit adds a segment of its
 own, so steps in separate processes (or working copies of an object-store folder) never lose entries.
 """
 
@@ -20,9 +20,9 @@ import pandas as pd
 
 from core import SeedwheelError
 from core.shards import ShardConfigError, shard_count
+from core.tables import frame_from_records
 from curation.validity import split_checked, task_generator, validity_rates
 from validators.records import TaskReject
-from validators.tables import frame_from_records
 from validators.tasks import TASK_FIELDS, Problem
 
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pandas as pd
 
+from core.tables import frame_from_records
 from failures.derive import failure_task
 from failures.log import RECORD_FIELDS, FailureReject, ParseLimits, parse_failure_log
 from failures.redaction import RedactionConfig, RedactionReport, redact
 from failures.traffic import TRAFFIC_COLUMNS, is_failure, traffic_rows
 from validators.registry import VerifyContext
-from validators.tables import frame_from_records
 
 REJECT_COLUMNS = ("source", "line", "reason_code", "reason", "raw")  # `FailureReject`'s fields, a table's columns
 

@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
+from core.tables import write_jsonl
 from validators.registry import REGISTRY, Completion, UnknownVerifierError, Verifier, VerifyContext, verify
 from validators.seeds import SOURCE_TAG, SeedProblem, SeedRecord
-from validators.tables import write_jsonl
 from validators.tasks import Problem
 from validators.verifiers.tool_call import json_schema_of, tagged_calls
 
@@ -126,7 +126,7 @@ def task_row(task: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def task_rows(tasks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Task records (as `validators.tables` reads them) as NeMo Gym rows, in order.
+    """Task records (as `core.tables` reads them) as NeMo Gym rows, in order.
 
     Args:
         tasks: task records: `task_id`, `family`, `prompt`, `verifier`, `reference`.
@@ -138,7 +138,7 @@ def task_rows(tasks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def export_rows(tasks: Iterable[Mapping[str, Any]], output: Path) -> int:
-    """Write task records as a NeMo Gym JSONL file, atomically (`validators.tables.write_jsonl`).
+    """Write task records as a NeMo Gym JSONL file, atomically (`core.tables.write_jsonl`).
 
     Args:
         tasks: task records, e.g. `records_from_frame(read_table(".seedwheel/train_tasks.parquet"))`.

@@ -17,7 +17,7 @@ What verl does (read from volcengine/verl: `examples/data_preprocess/gsm8k.py`, 
 - An exception raised by `compute_score` is not caught: it ends the run.
 
 `ground_truth` is the task's verifier spec as canonical JSON text (`{"name", "params", "version"}`), for the reason
-`validators.export` gives: params differ in shape per family, and one struct column would merge every family's
+`training.export` gives: params differ in shape per family, and one struct column would merge every family's
 keys. `compute_score` decodes it and calls `validators.registry.verify`, so a rollout in verl gets the verdict
 `seedwheel verify` gives.
 
@@ -46,10 +46,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core import SeedwheelError
-from validators.export import MESSAGE_TYPE
-from validators.export import export_rows as trl_rows
+from core.tables import atomic_write
+from training.export import MESSAGE_TYPE
+from training.export import export_rows as trl_rows
 from validators.registry import VerifyContext, spec_problems, verify
-from validators.tables import atomic_write
 
 DATA_SOURCE_PREFIX = "seedwheel/"
 REWARD_STYLE = "rule"  # verl's name for a reward computed by a function, not a reward model
@@ -102,7 +102,7 @@ def dataset_rows(
         One dict per task, in input order, with the columns of `VERL_SCHEMA`.
 
     Raises:
-        ExportError: a task lacks a field or its prompt is not chat messages (`validators.export`).
+        ExportError: a task lacks a field or its prompt is not chat messages (`training.export`).
         VerlExportError: a task's verifier spec is unknown to the registry or its params are wrong.
 
     Example:

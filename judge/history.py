@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
+from core.tables import atomic_write
 from judge.prompt import JudgePrompt
 from llm import EndpointConfig
-from validators.tables import atomic_write
 
 STATE_FORMAT = 1
 

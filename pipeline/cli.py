@@ -135,7 +135,7 @@ def _echo_run(settings: Settings, summary: RunSummary) -> None:
             click.echo(str(decision["reasons"]))
             click.echo(str(decision["failure_eval"]))
     click.echo(f"\nRuns are recorded in {settings.dagster_home}. Open the UI: make ui (or seedwheel ui), then")
-    click.echo(f"http://{UI_HOST}:3000. Read outputs with pandas: validators.tables.read_table(path).")
+    click.echo(f"http://{UI_HOST}:3000. Read outputs with pandas: core.tables.read_table(path).")
     if not summary.success:
         sys.exit(1)
 
@@ -320,7 +320,7 @@ def seeds_import(
 
 def _echo_import(report: ImportReport, rejects: Path | None) -> None:
     """An import's problems (and --rejects file) and its one-line summary; exit 1 when a row was left out."""
-    from validators.tables import write_jsonl
+    from core.tables import write_jsonl
 
     for problem in report.problems:
         click.echo(str(problem))
@@ -345,9 +345,9 @@ def verify(tasks: Path, completions: Path, output: Path | None) -> None:
     COMPLETIONS is a JSONL of {"task_id", "completion"} rows. Every row that cannot be read is listed with its
     line and fix, the others are scored, and the exit code is 1.
     """
+    from core.tables import write_jsonl
     from validators.offline_verify import audit, format_summary
     from validators.registry import VerifyContext
-    from validators.tables import write_jsonl
 
     settings = Settings.from_env()
     settings.register_verifier_plugins()
@@ -458,11 +458,11 @@ def judge(
     Prints verdicts, the accept rate, score counts per criterion, the worst-scored tasks with the judge's
     rationale, and the calls made versus answered from the cache.
     """
+    from core.tables import frame_from_records, write_jsonl, write_table
     from judge import DEFAULT_RUBRIC, LABEL_PARAMS, JudgeInputError, format_summary, judge_tasks
     from pipeline.definitions import build_definitions  # Dagster loads slowly; keep `seedwheel --help` fast
     from validators.offline_verify import load_tasks
     from validators.registry import VerifyContext
-    from validators.tables import frame_from_records, write_jsonl, write_table
 
     if out is not None and out.suffix not in (".jsonl", ".parquet"):
         raise click.BadParameter(f"{out} must end in .jsonl or .parquet (the format to write)", param_hint="--out")
@@ -656,7 +656,7 @@ def export(fmt: str, output: Path, split: str, home: str | None) -> None:
         )
     tasks = load_table(UPath(str(path)))
     if fmt == "trl":
-        from validators.export import export_file
+        from training.export import export_file
 
         rows = export_file(tasks, output)
     elif fmt == "verl":
@@ -664,8 +664,8 @@ def export(fmt: str, output: Path, split: str, home: str | None) -> None:
 
         rows = verl.export_rows(tasks, output, split=split, context=VerifyContext(seeds_dir=settings.seeds_dir))
     else:
+        from core.tables import records_from_frame
         from interop import nemo_gym  # written beside verl; imported only when asked for
-        from validators.tables import records_from_frame
 
         rows = nemo_gym.export_rows(records_from_frame(tasks), output)
     click.echo(f"wrote {rows} {split} tasks from {path} to {output} ({fmt})")
@@ -719,10 +719,10 @@ def splits_resplit(salt: str, note: str, yes: bool, home: str | None) -> None:
 
     import pandas as pd
 
+    from core.tables import read_table, records_from_frame
     from curation.curate import near_copy_roots
     from curation.manifests import trained_tasks
     from resources import CHECKPOINTS_FOLDER, CurationPolicy, StorageRoot
-    from validators.tables import read_table, records_from_frame
 
     settings = Settings.from_env(home=home)
     tables = [settings.home / f"{name}.parquet" for name in ("train_tasks", "eval_tasks")]
@@ -807,7 +807,7 @@ def failures_ingest(files: tuple[Path, ...], home: str | None) -> None:
 
 def _echo_rejects(source: Path, table: Path, shown: int = 5) -> None:
     """The first rejected lines of a failure log (line, redacted reason and fix), and where all of them are."""
-    from validators.tables import read_table
+    from core.tables import read_table
 
     rows = read_table(table)
     for row in rows.head(shown).itertuples():

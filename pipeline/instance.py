@@ -12,8 +12,8 @@ from upath import UPath
 
 from core.database import DATABASE_URL_ENV, connect
 from core.state import file_lock
+from core.tables import atomic_write
 from pipeline.settings import Settings
-from validators.tables import atomic_write
 
 EXCLUSIVE_TAG = "seedwheel/exclusive"
 # Which process runs a CLI run (host:pid): a run whose process is gone was killed and is reaped.

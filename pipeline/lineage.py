@@ -25,11 +25,11 @@ from typing import Any
 import pandas as pd
 
 from core import SeedwheelError
+from core.tables import read_table
 from curation.manifests import TASKS, CheckpointManifest, load_manifests
 from curation.split_ledger import SplitLedger
 from curation.splits import task_roots
 from resources import CHECKPOINTS_FOLDER, StorageRoot
-from validators.tables import read_table
 
 TASK_TABLES = ("seed_tasks", "failure_tasks", "task_variants")
 SPLITS = ("train_tasks", "eval_tasks", "failure_eval")

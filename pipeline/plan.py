@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.tables import read_table, records_from_frame
 from pipeline.profiles import profile_resources
 from pipeline.settings import Settings
 from training.budget import (
@@ -24,7 +25,6 @@ from training.budget import (
     plan_budget,
     throughput_for,
 )
-from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS
 
 # What a what-if assumes when no train split is stored (each said in the plan's assumptions).

@@ -30,6 +30,7 @@ import dagster as dg
 from assets.failures import LOG_ASSETS
 from core.errors import SeedwheelError
 from core.signals import dispositions_kept
+from core.tables import atomic_write, frame_from_records, read_table, records_from_frame, write_table
 from failures.traffic import ALL
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
@@ -38,7 +39,6 @@ from pipeline.runs import RunSummary, materialize
 from pipeline.settings import Settings
 from resources import FailureInbox, LLMEndpoint, PromotionGate, SeedRepository, StorageRoot, TrainingPolicy
 from simulation import build_pool, draw, is_held_out, model_label, serve_night
-from validators.tables import atomic_write, frame_from_records, read_table, records_from_frame, write_table
 from validators.tasks import TASK_FIELDS
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ TRAINING_FOLDER = "training"  # a run folder per trained checkpoint, `training/<
 # Under the temporary folder: read-only copies of checkpoints on an object store, by content (`model_dir`).
 CHECKPOINT_CACHE_FOLDER = "seedwheel-checkpoints"
 VALIDATION_CACHE_FOLDER = "validation_cache"  # verdicts by content (validators.tasks.verdict_key)
-EXPORT_FOLDER = "export"  # the splits (and preference pairs) as Parquet + JSONL for TRL (validators.export)
+EXPORT_FOLDER = "export"  # the splits (and preference pairs) as Parquet + JSONL for TRL (training.export)
 JUDGE_HISTORY_FOLDER = "judge_history"  # the judge's setup per asset: its model, prompt and rubric (judge.history)
 GENERATION_CACHE_FOLDER = "generation_cache"  # programmatic outputs per parent (generators.programmatic.variants_key)
 STEP_OUTPUTS_FOLDER = "steps"  # op outputs inside graph-backed assets, per run (`resources.storage`)

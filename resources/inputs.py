@@ -10,8 +10,8 @@ from typing import IO
 import dagster as dg
 from upath import UPath
 
+from core.cache_store import CacheStore
 from resources.storage import is_local
-from validators.cache_store import CacheStore
 from validators.registry import VerifyContext
 from validators.seeds import SeedSet, load_seeds
 

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from core.shards import shard_count
 from core.state import StateStore
+from core.tables import records_from_frame
 from curation.dedup import DedupIndex, MinHashConfig
 from curation.splits import SplitConfig, hash_sample
 from curation.validation_shards import ShardConfig
@@ -41,7 +42,6 @@ from training.promotion import FamilyRule, PromotionPolicy, PromotionRegistry
 from training.reward_audit import RewardAuditPolicy
 from training.sft import SFTSettings
 from validators.registry import VerifyContext
-from validators.tables import records_from_frame
 from validators.tasks import TASK_FIELDS
 
 # Which judged tasks the splits keep: the judge's accepted ones, or all of them (labels shown, not used).

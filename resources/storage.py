@@ -27,18 +27,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from upath import UPath
 
+from core.cache_store import CacheStore
 from core.database import DATABASE_URL_ENV
 from core.errors import SeedwheelError
 from core.folders import committed_folders, is_remote, modified, read_only_copy, working_copy
 from core.state import StateStore
+from core.tables import from_arrow, read_table, to_arrow, write_table
 from curation.split_ledger import SplitLedger
 from resources.folders import CHECKPOINT_CACHE_FOLDER, SPLITS_FOLDER, STEP_OUTPUTS_FOLDER
-from validators.cache_store import CacheStore
-from validators.tables import from_arrow, read_table, to_arrow, write_table
 
 
 class ParquetTableIOManager(dg.UPathIOManager):
-    """DataFrames as Parquet, nested columns lossless (see `validators.tables`); local writes are atomic."""
+    """DataFrames as Parquet, nested columns lossless (see `core.tables`); local writes are atomic."""
 
     extension = ".parquet"
 
@@ -63,7 +63,7 @@ class ParquetTableIOManager(dg.UPathIOManager):
 def store_table(frame: pd.DataFrame, path: UPath) -> None:
     """Write `frame` as Parquet at `path` so that readers see the previous table or the whole new one, never part.
 
-    Locally a temporary file renamed into place (`validators.tables.write_table`). On an object store the file is
+    Locally a temporary file renamed into place (`core.tables.write_table`). On an object store the file is
     built in memory and sent in one request (a multipart upload above 100 MB, which the store makes visible only
     once complete): a write that fails or is killed leaves the previous object. Not a streamed write: fsspec's
     file objects upload what they hold when closed, also when closed by an exception.
@@ -129,7 +129,7 @@ class StorageRoot(dg.ConfigurableResource):
 
     @contextmanager
     def cache(self, *parts: str) -> Iterator[CacheStore]:
-        """The content-keyed cache in folder `<root>/<parts>` (`validators.cache_store`), through `folder()`."""
+        """The content-keyed cache in folder `<root>/<parts>` (`core.cache_store`), through `folder()`."""
         with self.folder(*parts) as folder:
             yield CacheStore.open(folder)
 

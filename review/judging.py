@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from core.tables import read_table
 from judge.calibration import AuditItem, calibration_sample, load_audit_set
 from review.labels import (
     JUDGE_KEYS,
@@ -31,7 +32,6 @@ from review.labels import (
     save_label,
 )
 from validators.seeds import AUDIT_DIR
-from validators.tables import read_table
 
 CALIBRATION = "calibration"
 VERDICT = "verdict"

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from core import SeedwheelError
+from core.tables import atomic_write
 from failures.redaction import redact_text
 from judge.calibration import cohen_kappa
 from validators.seeds import AUDIT_DIR
-from validators.tables import atomic_write
 
 REVIEW_DIR = "review"  # under the audit folder
 Kind = Literal["reward", "judge"]

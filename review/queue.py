@@ -26,11 +26,11 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from core.tables import read_table
 from curation.seed_import import write_seeds
 from failures.redaction import redact_text
 from validators.registry import VerifyContext
 from validators.seeds import SeedRecord, discover_seed_files, read_seed_file
-from validators.tables import read_table
 
 QUEUE_TABLE = "review_queue.parquet"
 TODO = "TODO"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
+from core.tables import read_table, write_jsonl
 from llm.client import LLMClient, Progress
 from llm.launcher import LOCAL_REQUEST_TIMEOUT_S, ModelServer
 from llm.types import ChatRequest, EndpointConfig
@@ -26,7 +27,6 @@ from review.labels import now
 from training.evaluation import is_episode
 from training.promotion import PromotionRegistry
 from validators.registry import REGISTRY, VerifyContext, verify
-from validators.tables import read_table, write_jsonl
 
 logger = logging.getLogger(__name__)
 

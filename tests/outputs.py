@@ -4,11 +4,11 @@ import json
 import sqlite3
 from pathlib import Path
 
+from core.cache_store import CacheStore
+from core.tables import read_table
 from curation.dedup import DedupIndex, MinHashConfig
 from llm.cache import DB_NAME
 from resources import GENERATION_CACHE_FOLDER, VALIDATION_CACHE_FOLDER
-from validators.cache_store import CacheStore
-from validators.tables import read_table
 
 
 def assert_whole_files(home: Path) -> None:

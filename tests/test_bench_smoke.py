@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from core.cache_store import COMMIT_EVERY, COMPACT_AFTER
 from tests.bfcl import require_bfcl_data
 from tests.paths import GSM8K, REPO
-from validators.cache_store import COMMIT_EVERY, COMPACT_AFTER
 
 BENCH = REPO / "bench"
 TINY_MODEL = "{tiny_model}"  # an argument the `tiny_model_dir` fixture's folder replaces

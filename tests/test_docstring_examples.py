@@ -15,9 +15,9 @@ from tests.paths import REPO
 
 # Every first-party package, bottom layer first (pyproject.toml's import-linter layers).
 PACKAGES = (
-    *("core", "llm", "validators"),
-    *("curation", "judge", "failures", "interop", "generators", "training"),
-    *("assets", "simulation", "pipeline"),
+    *("core", "llm", "sandbox", "validators"),
+    *("curation", "judge", "failures", "generators", "training"),
+    *("review", "interop", "resources", "assets", "simulation", "pipeline"),
 )
 EXAMPLE = re.compile(r"^\s*>>> ", re.MULTILINE)
 # Modules known to have examples, a few per package: discovery that finds none of them is broken, not clean.

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from core.tables import frame_from_records, write_table
 from llm.cache import DB_NAME
 from pipeline.runs import materialize
 from pipeline.settings import Settings
@@ -27,7 +28,6 @@ from tests.outputs import assert_whole_files
 from tests.paths import REPO, copy_seeds
 from tests.processes import leftover_processes
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, write_table
 from validators.tasks import TASK_FIELDS
 
 pytestmark = pytest.mark.slow

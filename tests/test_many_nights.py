@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 import yaml
 
+from core.tables import read_table, records_from_frame
 from curation.manifests import load_manifests
 from curation.split_ledger import SplitLedger
 from curation.splits import task_roots
@@ -28,7 +29,6 @@ from tests.assets.test_failures import assert_no_planted_value_kept, ingest, pla
 from tests.paths import SEEDS, copy_seeds
 from validators.registry import REGISTRY
 from validators.seeds import AUDIT_DIR
-from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, canonical_json
 from validators.verifiers.sql import SqlResult
 

@@ -17,6 +17,7 @@ import dagster as dg
 import pytest
 
 from core.signals import dispositions_kept
+from core.tables import read_table, records_from_frame
 from curation.manifests import load_manifests
 from curation.splits import task_roots
 from generators.rewrite import CHECKS_VERSION, REWRITE_SCHEMA
@@ -31,7 +32,6 @@ from tests.processes import leftover_processes
 from validators.json_answer import parse_json_response
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
-from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
 
 FAMILIES = {"arithmetic", "json_extraction", "sql", "python_function", "tool_call", "episode"}

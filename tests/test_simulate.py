@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from core.tables import read_table, records_from_frame
 from failures import wilson_interval
 from pipeline.profiles import profile_resources
 from pipeline.settings import Settings
@@ -21,7 +22,6 @@ from pipeline.simulate import simulate as run_nights
 from resources import StorageRoot
 from simulation import is_held_out
 from tests.paths import tiny_settings
-from validators.tables import read_table, records_from_frame
 
 pytestmark = pytest.mark.slow
 

@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from core.tables import records_from_frame
 from training.episodes import PlayedEpisodesError, play_and_score
 from training.evaluation import SampledVerdicts
 from validators.registry import VerifyContext
-from validators.tables import records_from_frame
 
 DifficultyLabel = Literal["learnable", "never_solved", "always_solved", "not_profiled"]
 DIFFICULTY_LABELS: tuple[DifficultyLabel, ...] = ("learnable", "never_solved", "always_solved", "not_profiled")

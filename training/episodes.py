@@ -60,6 +60,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.tables import frame_from_records
 from training.evaluation import (
     SampledVerdicts,
     check_sampling,
@@ -79,7 +80,6 @@ from validators.environments import (
     environment_class,
 )
 from validators.registry import Completion, VerifyContext
-from validators.tables import frame_from_records
 from validators.verifiers.episode import episode_answer, episode_calls
 from validators.verifiers.tool_call import tagged_calls
 

@@ -267,7 +267,7 @@ def grpo_config_class() -> type[SeedwheelGRPOConfig]:
         """`trl.GRPOConfig` plus what a seedwheel run needs; every TRL field passes through unchanged.
 
         Args:
-            train_file: the exported training split (`validators.export.export_split`'s Parquet).
+            train_file: the exported training split (`training.export.export_split`'s Parquet).
             reward_weights_by_verifier: verifier name -> weight, mapped through
                 `validators.rewards.build_reward_funcs`; `"*"` scores every row with its own verifier. Sets TRL's
                 `reward_weights` (leave that unset).
@@ -401,7 +401,7 @@ def load_train_split(train_file: str | os.PathLike[str]) -> Dataset:
     """The exported split as a `datasets.Dataset`, read with `load_dataset("parquet")` and held in memory.
 
     Args:
-        train_file: the Parquet written by `validators.export.export_split`.
+        train_file: the Parquet written by `training.export.export_split`.
 
     Returns:
         The dataset; its `prompt` column holds chat messages and `verifier` the spec as JSON text.
@@ -419,7 +419,7 @@ def load_train_split(train_file: str | os.PathLike[str]) -> Dataset:
 
     path = Path(train_file)
     if not path.is_file():
-        raise GRPODataError(f"train file {path} does not exist; export a split with validators.export.export_split")
+        raise GRPODataError(f"train file {path} does not exist; export a split with training.export.export_split")
     # A throwaway cache: `keep_in_memory` leaves nothing pointing into it, so the user's HF cache stays untouched.
     with tempfile.TemporaryDirectory(prefix="seedwheel-grpo-data-") as cache:
         dataset = load_dataset("parquet", data_files=str(path), split="train", cache_dir=cache, keep_in_memory=True)
@@ -427,7 +427,7 @@ def load_train_split(train_file: str | os.PathLike[str]) -> Dataset:
     if missing:
         raise GRPODataError(
             f"train file {path} lacks column(s) {', '.join(missing)} (has {', '.join(dataset.column_names)}); "
-            "write it with validators.export.export_split"
+            "write it with training.export.export_split"
         )
     return dataset
 

@@ -49,11 +49,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from core import SeedwheelError
+from core.tables import atomic_write
 from training.checkpoints import KEEP_CHECKPOINTS
+from training.export import export_split
 from training.grpo import GRPOResult, cpu_defaults, grpo_config_class, run_grpo, runtime_defaults
 from training.tracking import TrackedRun, TrackingConfig, TrackingConfigError
-from validators.export import export_split
-from validators.tables import atomic_write
 
 if TYPE_CHECKING:
     import pandas as pd

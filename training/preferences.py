@@ -55,9 +55,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core import SeedwheelError
+from core.tables import atomic_write, frame_from_records, write_jsonl
 from training.evaluation import is_episode
-from validators.export import MESSAGE_TYPE, ExportedSplit
-from validators.tables import atomic_write, frame_from_records, write_jsonl
+from training.export import MESSAGE_TYPE, ExportedSplit
 
 PairSplit = Literal["train", "eval"]
 SPLITS: tuple[str, ...] = get_args(PairSplit)
@@ -339,7 +339,7 @@ def _prompt(task: Mapping[str, Any]) -> list[dict[str, str]]:
         return [{"role": m["role"], "content": m["content"]} for m in prompt]
     raise PreferenceDataError(
         f"task {task.get('task_id', '?')}: prompt must be chat messages [{{role, content}}] with text values, got "
-        f"{str(prompt)[:60]!r}; read tables with validators.tables.read_table, which decodes nested columns"
+        f"{str(prompt)[:60]!r}; read tables with core.tables.read_table, which decodes nested columns"
     )
 
 
@@ -379,7 +379,7 @@ def export_pairs(pairs: Sequence[Mapping[str, Any]], out_dir: Path, split: PairS
         split: `train` or `eval`: the file name says it, so eval pairs never land in the training file.
 
     Returns:
-        The two paths and the row count (`validators.export.ExportedSplit`).
+        The two paths and the row count (`training.export.ExportedSplit`).
 
     Raises:
         PreferenceDataError: an unknown split, or a row of another split.

@@ -40,9 +40,9 @@ import pandas as pd
 
 from core import SeedwheelError
 from core.state import StateStore
+from core.tables import atomic_write
 from training.gate_eval import FailureReport
 from training.stats import Comparison, PairedDifference
-from validators.tables import atomic_write
 
 REGISTRY_FORMAT = 1
 LOCK_NAME = "promotion_registry"  # the run-level lock's name in the database (core.state)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from core import SeedwheelError
-from validators.tables import atomic_write
+from core.tables import atomic_write
 
 if TYPE_CHECKING:
     from training.gate_eval import EvalTable

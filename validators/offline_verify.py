@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
+from core.tables import read_table, records_from_frame
 from validators.registry import VerifyContext, spec_problems, verify
 from validators.seeds import load_seeds
-from validators.tables import read_table, records_from_frame
 from validators.verifiers.episode import Episode, replay
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from validators.cache_store import CacheStore
+from core.cache_store import CacheStore
 from validators.pointers import json_pointer
 from validators.registry import REGISTRY, UnknownVerifierError, VerifyContext
 from validators.tasks import Problem, check_tasks, compute_task_id, schema_problems

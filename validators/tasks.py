@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonschema
 
-from validators.cache_store import CacheStore, file_digest
+from core.cache_store import CacheStore, file_digest
 from validators.pointers import json_pointer
 from validators.records import TaskRecord
 from validators.registry import REGISTRY, VerifyContext, spec_problems, verify

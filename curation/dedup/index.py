@@ -60,6 +60,7 @@ import pandas as pd
 
 from core import SeedwheelError
 from core.state import StateStore
+from core.tables import atomic_write
 from curation.dedup.lsh import MAX_BUCKET_ALL_PAIRS, band_keys
 from curation.dedup.minhash import (
     NORMALIZATION_VERSION,
@@ -70,7 +71,6 @@ from curation.dedup.minhash import (
     exact_hash,
     normalize_text,
 )
-from validators.tables import atomic_write
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from core.tables import atomic_write
 from curation.dedup.labels import DedupInputError, label_arrays
 from curation.dedup.minhash import MinHashConfig
-from validators.tables import atomic_write
 
 
 @dataclass(frozen=True)

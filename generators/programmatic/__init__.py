@@ -22,6 +22,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from core.cache_store import CacheStore, file_digest
 from generators.base import GenerationResult, Generator, last_user_index, reject_row
 from generators.programmatic.arithmetic import ArithmeticResample
 from generators.programmatic.episode import EpisodeResample
@@ -29,7 +30,6 @@ from generators.programmatic.json_extraction import JsonExtractionResample
 from generators.programmatic.python_function import PythonFunctionRespec
 from generators.programmatic.sql import SqlLiteralSwap
 from generators.programmatic.tool_call import ToolCallResample
-from validators.cache_store import CacheStore, file_digest
 from validators.registry import REGISTRY, VerifyContext
 from validators.tasks import TASK_FIELDS, canonical_json
 

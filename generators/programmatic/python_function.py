@@ -8,7 +8,7 @@ Design. Each variant
 2. adds edge-case tests: new inputs are sampled from the shapes of the existing assert inputs (`f(<literal
    args>) == ...`): strings are cut, reversed, re-cased, joined or emptied; numbers nudged or swapped for
    another test's; lists shuffled, cut or reversed. The REFERENCE is the oracle (it passes every seed test, so
-   it is verified): it runs on the new inputs in the sandbox (`validators.sandbox`), and an input becomes a
+   it is verified): it runs on the new inputs in the sandbox (`sandbox.process`), and an input becomes a
    test `assert name(args) == <result>` only when the call returns a value whose `repr` reads back as the same
    literal (inputs that raise, or return objects, are dropped);
 3. keeps the variant only if the reference passes the new tests in the verifier's own sandboxed run.
@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from generators.base import GenerationResult, Generator, derive_task
+from sandbox.process import SandboxLimits, run_python
 from validators.extract import extract_code
 from validators.registry import VerifyContext, verify
-from validators.sandbox import SandboxLimits, run_python
 
 NAME_POOL = ("solve", "transform", "compute", "convert", "process", "evaluate", "apply_rule", "handle",
              "calculate", "normalize_value", "answer", "run_task")  # fmt: skip

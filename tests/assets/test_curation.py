@@ -9,15 +9,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from core.cache_store import CacheStore
 from core.shards import shard_of
+from core.tables import frame_from_records, read_table, write_table
 from curation.splits import SplitConfig, plan_splits
 from generators.base import derive_task
 from pipeline.instance import open_instance
 from pipeline.runs import materialize
-from validators.cache_store import CacheStore
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, read_table, write_table
 from validators.tasks import TASK_FIELDS, compute_task_id
 
 GENERATOR = {"name": "planted", "version": 1, "params": {}}
@@ -72,7 +72,7 @@ def test_a_second_materialization_takes_every_verdict_from_the_cache(settings, a
     assert counts == [(5, 0, 5), (5, 5, 0)]
     assert metadata[1]["validation_seconds"] >= 0 and not metadata[1]["cache_rebuilt"]
     assert read_table(settings.home / "task_rejects.parquet")["reason_code"].tolist() == ["reference_failed"]
-    assert list((settings.home / "validation_cache" / "segments").glob("*.jsonl"))  # validators.cache_store
+    assert list((settings.home / "validation_cache" / "segments").glob("*.jsonl"))  # core.cache_store
 
 
 def test_the_validity_floor_blocks_when_a_family_falls_below_it(settings, arithmetic_seeds):

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from assets.failures import LOG_ASSETS as LOG_OUTPUTS
 from core.signals import dispositions_kept
+from core.tables import read_table, records_from_frame
 from failures import process_failure_log
 from pipeline.cli import main
 from pipeline.definitions import build_definitions
@@ -18,7 +19,6 @@ from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.paths import REPO
 from validators.registry import VerifyContext
-from validators.tables import read_table, records_from_frame
 from validators.tasks import TASK_FIELDS, task_problems
 
 EXAMPLE = REPO / "examples" / "failure_log.jsonl"

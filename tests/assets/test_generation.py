@@ -6,12 +6,12 @@ import shutil
 from collections import Counter
 
 from core.shards import shard_of
+from core.tables import read_table
 from curation.seed_import import ImportSpec, import_seeds
 from pipeline.runs import materialize
 from tests.assets.test_curation import plant
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
-from validators.tables import read_table
 
 # Programmatic variants only: the LLM rewrites have their own call cache (tests/test_quickstart_graph.py).
 NO_REWRITES = {"plan": {"rewrite_kinds": []}}

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from core.shards import shard_of
+from core.tables import frame_from_records, read_table, write_table
 from pipeline.instance import open_instance
 from pipeline.runs import materialize
 from tests.fake_server import FakeOpenAIServer
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, read_table, write_table
 from validators.tasks import TASK_FIELDS
 
 ANSWER = json.dumps({"rationale": "Fine.", "clarity": 5, "solvability": 4, "reference_correctness": 5, "on_topic": 5})

@@ -1,5 +1,6 @@
 """The split assets across nights: sides stick, checkpoints' training sets stay out of eval, the index rule."""
 
+from core.tables import frame_from_records, read_table, write_table
 from curation.curate import dedup_key
 from curation.dedup import DedupIndex, MinHashConfig
 from curation.manifests import CheckpointManifest, write_manifest
@@ -10,7 +11,6 @@ from generators.rewrite import CHECKS_VERSION
 from pipeline.runs import materialize
 from resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from tests.assets.test_curation import judged
-from validators.tables import frame_from_records, read_table, write_table
 
 SPLIT = "train_tasks"
 ACCEPTED_ONLY = {"judge": {"use_labels": "accepted"}}

@@ -23,6 +23,7 @@ from upath import UPath
 
 import training.sft
 from core.folders import RemoteFolder, working_copy
+from core.tables import frame_from_records, read_table, records_from_frame, write_table
 from curation.manifests import load_manifests
 from curation.splits import first_per_family
 from pipeline.runs import materialize
@@ -37,7 +38,6 @@ from training.gate_eval import EVAL_COLUMNS
 from validators.environments import END_REASONS
 from validators.registry import Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, read_table, records_from_frame, write_table
 from validators.tasks import TASK_FIELDS, compute_task_id
 from validators.verifiers.episode import episode_calls
 from validators.verifiers.tool_call import tagged_calls

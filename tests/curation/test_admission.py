@@ -2,10 +2,10 @@
 
 import pandas as pd
 
+from core.tables import frame_from_records
 from curation.admission import admit
 from curation.dedup import MinHashConfig
 from curation.vouching import HELD_BACK_COLUMNS
-from validators.tables import frame_from_records
 
 CHECKS = {"llm_rewrite": "rewrite-checks-v2"}
 QUESTION = "Noah rides his bike to work for each of his {n} workdays. His work is 20 miles away. How far does he ride?"

@@ -5,6 +5,7 @@ from collections import Counter
 
 import pytest
 
+from core.tables import frame_from_records, from_arrow, to_arrow
 from curation.splits import (
     EVAL,
     TRAIN,
@@ -20,7 +21,6 @@ from curation.splits import (
     root_hash,
     task_roots,
 )
-from validators.tables import frame_from_records, from_arrow, to_arrow
 
 
 def task(task_id, family="sql", seed_id=None, failure_id=None, difficulty=None, source=None):

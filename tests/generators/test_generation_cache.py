@@ -11,13 +11,13 @@ from typing import Any, ClassVar
 
 import pytest
 
+from core.cache_store import CacheStore
 from generators.base import GenerationResult, Generator
 from generators.programmatic import (
     generate_variants,
     programmatic_generators,
 )
 from tests.paths import SEEDS
-from validators.cache_store import CacheStore
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
 from validators.tasks import canonical_json

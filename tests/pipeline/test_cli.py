@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from core.signals import dispositions_kept
+from core.tables import read_table
 from pipeline.cli import main
 from tests.paths import REPO, SEEDS
-from validators.tables import read_table
 
 
 def test_seeds_validate_passes_on_the_bundled_seeds():

@@ -7,18 +7,18 @@ import pytest
 from click.testing import CliRunner
 
 import interop.verl
+from core.tables import frame_from_records, read_table, write_table
 from pipeline.cli import main
 from tests.paths import copy_seeds
-from validators.export import EXPORT_SCHEMA
+from training.export import EXPORT_SCHEMA
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, read_table, write_table
 from validators.tasks import TASK_FIELDS
 
 
 @pytest.fixture
 def home(tmp_path):
     """A storage root holding train and eval splits of real seed tasks (arithmetic and SQL), as the splits step
-    stores them (`validators.tables.write_table`), and the seeds folder the SQL tasks' database is in."""
+    stores them (`core.tables.write_table`), and the seeds folder the SQL tasks' database is in."""
     seeds = copy_seeds(tmp_path / "seeds", ["arithmetic", "sql"])
     tasks = [{k: t[k] for k in TASK_FIELDS} for t in load_seeds([seeds]).tasks]
     home = tmp_path / "home"

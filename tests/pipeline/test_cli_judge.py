@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from core.tables import read_table
 from pipeline.cli import main
 from tests.fake_server import FakeOpenAIServer, Reply
-from validators.tables import read_table
 
 ALL_FIVE = {"clarity": 5, "solvability": 5, "reference_correctness": 5, "on_topic": 5}
 WRONG_RATIONALE = "The reference says 9, but 4 + 4 is 8."

@@ -2,6 +2,7 @@
 
 from click.testing import CliRunner
 
+from core.tables import frame_from_records, read_table, write_table
 from curation.manifests import CheckpointManifest, write_manifest
 from curation.split_ledger import SplitLedger
 from curation.splits import TRAIN, task_roots
@@ -10,7 +11,6 @@ from pipeline.runs import materialize
 from resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from tests.assets.test_curation import judged
 from tests.assets.test_splits import sides_now
-from validators.tables import frame_from_records, read_table, write_table
 
 
 def cli(settings, *args: str):

@@ -4,6 +4,7 @@ import itertools
 
 from click.testing import CliRunner
 
+from core.tables import frame_from_records, write_table
 from curation.manifests import CheckpointManifest, write_manifest
 from curation.split_ledger import SplitLedger
 from curation.splits import EVAL, TRAIN, SplitConfig, plan_splits
@@ -11,7 +12,6 @@ from generators.base import derive_task
 from pipeline.cli import main
 from resources import CHECKPOINTS_FOLDER, SPLITS_FOLDER
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, write_table
 from validators.tasks import TASK_FIELDS, compute_task_id
 
 GENERATOR = {"name": "planted", "version": 1, "params": {}}

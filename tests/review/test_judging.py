@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from core.tables import frame_from_records, write_table
 from judge import audit_labels
 from review.judging import (
     CALIBRATION,
@@ -19,7 +20,6 @@ from review.judging import (
     save_judge_label,
 )
 from tests.paths import copy_seeds
-from validators.tables import frame_from_records, write_table
 
 PROMPT = [{"role": "user", "content": "What is 6 times 7?"}]
 

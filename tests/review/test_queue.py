@@ -10,13 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from core.tables import frame_from_records, write_table
 from failures import parse_failure_log, redact
 from failures.derive import failure_task
 from review.queue import complete_item, completed_failures, drop_completed, open_items
 from tests.paths import SEEDS
 from validators.registry import VerifyContext
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, write_table
 
 LINE = {
     "failure_id": "f-42",

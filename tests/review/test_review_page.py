@@ -24,6 +24,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from core.tables import frame_from_records, write_table
 from review.rewards import REVIEWED, audit_labels
 from review.sampling import sample_outputs, write_outputs
 from tests.paths import REPO, copy_seeds
@@ -32,7 +33,6 @@ from training.reward_audit import RewardAuditPolicy, audit_reward
 from validators.registry import VerifyContext
 from validators.rewards import build_reward_funcs
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, write_table
 from validators.tasks import TASK_FIELDS
 
 pytestmark = pytest.mark.slow

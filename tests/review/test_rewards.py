@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from core.tables import frame_from_records, write_table
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from review.rewards import (
@@ -21,7 +22,6 @@ from training.reward_audit import RewardAuditPolicy, audit_reward
 from validators.registry import REGISTRY, Verdict, VerifyContext, verify
 from validators.rewards import build_reward_funcs
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, write_table
 from validators.tasks import TASK_FIELDS
 
 HAND_WRITTEN = SEEDS / "audit" / "reward_audit.jsonl"

@@ -16,6 +16,7 @@ import pytest
 from tests.tiers import skip_for_accelerator
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
 from training import grpo_job
+from training.export import export_split
 from training.grpo import (
     GRPOConfigError,
     GRPODataError,
@@ -26,7 +27,6 @@ from training.grpo import (
     runtime_defaults,
 )
 from training.tiny_model import build_tiny_model
-from validators.export import export_split
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = "Answer with #### <number>."

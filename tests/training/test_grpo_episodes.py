@@ -17,6 +17,7 @@ import pytest
 from tests.paths import SEEDS
 from tests.training.scripted import reference_script
 from tests.training.tiny import TINY_SIZES, TINY_TEXTS
+from training.export import export_split
 from training.grpo import cap_episode_turns, cpu_defaults, grpo_config_class, load_train_split, run_grpo
 from training.grpo_episodes import (
     LENGTH,
@@ -27,7 +28,6 @@ from training.grpo_episodes import (
     tool_suffix_ids,
 )
 from training.tiny_model import build_tiny_model
-from validators.export import export_split
 from validators.registry import VerifyContext, verify
 from validators.rewards import EPISODE_COLUMN, VerifierReward
 from validators.seeds import load_seeds

@@ -31,11 +31,11 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from assets import groups
+from core.tables import read_table
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.paths import quickstart_settings
 from tests.services import graphql, headless_chromium, require_chromium, seedwheel_ui
-from validators.tables import read_table
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 import pytest
 
 import validators.tasks
+from core.cache_store import SEGMENTS, CacheStore
 from generators.programmatic import SqlLiteralSwap, generate_variants
 from tests.paths import SEEDS
-from validators.cache_store import SEGMENTS, CacheStore
 from validators.registry import REGISTRY, Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds
 from validators.tasks import check_tasks, compute_task_id, verdict_key
@@ -178,7 +178,7 @@ def test_a_damaged_cache_segment_is_detected_and_rebuilt(tmp_path, counting, cap
     (path,) = (tmp_path / SEGMENTS).glob("*.jsonl")  # the first night's one commit
     path.write_bytes(damage(path.read_bytes()))
     counting.clear()
-    with caplog.at_level(logging.WARNING, logger="validators.cache_store"):
+    with caplog.at_level(logging.WARNING, logger="core.cache_store"):
         problems, cache = validate(tasks, tmp_path)
     assert cache.rebuilt and cache.rebuild_reason
     assert any("is damaged" in r.getMessage() and "rebuilt" in r.getMessage() for r in caplog.records)

@@ -23,7 +23,7 @@ into actions: its OpenAI `tool_calls` (of every assistant message, in order), el
 
 **Safety.** The tools are fixed code; nothing a model writes is executed. Values a model writes reach SQLite only as
 bound parameters, never as SQL text, and reach the file system only as paths checked to stay inside the episode's
-folder. An environment whose tools ran model-written code would run it in `validators.sandbox`.
+folder. An environment whose tools ran model-written code would run it in `sandbox.process`.
 
 **State diff.** `snapshot()` reads the state as collections of records by key (`{table: {primary key: row}}`,
 `{"files": {path: {"content": text}}}`), and `changes()` compares it with the snapshot taken at `reset`.

@@ -1,4 +1,4 @@
-"""`python_tests`: the completion's Python passes the task's tests, run in the sandbox (`validators.sandbox`).
+"""`python_tests`: the completion's Python passes the task's tests, run in the sandbox (`sandbox.process`).
 
 Params: `tests` (Python source), `entry_point` (the function the completion must define), optional
 `timeout_s`. The tests may be written three ways, and may mix them:
@@ -61,9 +61,9 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 from core import SeedwheelError
+from sandbox.process import SandboxLimits, run_python
 from validators.extract import extract_code
 from validators.registry import Completion, HackProbe, Verdict, Verifier, VerifyContext, register
-from validators.sandbox import SandboxLimits, run_python
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_TIMEOUT_S = 60.0

@@ -2,7 +2,7 @@
 
 Cases run both through the sandbox directly (to check what the OS saw) and through the `python_tests`
 verifier (to check the reason a trainer would log). Layer-specific cases are skipped only where the layer
-cannot exist on this machine (see `validators.sandbox` for which layers need root or user namespaces).
+cannot exist on this machine (see `sandbox.process` for which layers need root or user namespaces).
 """
 
 import os
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.process import SandboxConfigError, SandboxLimits, isolation_report, run_python
 from tests.paths import REPO
 from validators.registry import verify
-from validators.sandbox import SandboxConfigError, SandboxLimits, isolation_report, run_python
 
 LAYERS = set(isolation_report()["layers"])
 needs_uid = pytest.mark.skipif("uid" not in LAYERS, reason="no unprivileged uid: the sandbox runs as the caller")

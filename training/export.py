@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core import SeedwheelError
-from validators.tables import JSON_COLUMNS_KEY, atomic_write, records_from_frame, write_jsonl
+from core.tables import JSON_COLUMNS_KEY, atomic_write, records_from_frame, write_jsonl
 from validators.tasks import canonical_json
 
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -109,7 +109,7 @@ def _row(task: Mapping[str, Any], index: int) -> dict[str, Any]:
     ):
         raise ExportError(
             f"{where}: prompt must be a list of {{role, content}} messages with text values, got "
-            f"{str(prompt)[:60]!r}; read tables with validators.tables.read_table, which decodes nested columns"
+            f"{str(prompt)[:60]!r}; read tables with core.tables.read_table, which decodes nested columns"
         )
     verifier = task["verifier"]
     if isinstance(verifier, str):
@@ -187,7 +187,7 @@ def export_file(tasks: pd.DataFrame | Iterable[Mapping[str, Any]], path: Path) -
 
 
 def _write(rows: list[dict[str, Any]], path: Path) -> None:
-    """Export rows as `path`'s suffix says, the file replaced whole (`validators.tables.atomic_write`)."""
+    """Export rows as `path`'s suffix says, the file replaced whole (`core.tables.atomic_write`)."""
     if path.suffix == ".jsonl":
         write_jsonl(rows, path)
         return

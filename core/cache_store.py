@@ -14,7 +14,7 @@ Each segment is `line 1: {"format": 1, "entries": <n>, "sha256": <hex of the res
 line `[key, value]` per entry, sorted by key (the layout of the old single file, so that file reads as a segment).
 
 - **Append-only**: `commit` writes the entries staged since the last commit as one new segment, under a name no
-  other writer picks, renamed into place whole (`validators.tables.atomic_write`); it never rewrites or waits on
+  other writer picks, renamed into place whole (`core.tables.atomic_write`); it never rewrites or waits on
   what others wrote. Overlapping runs, and the concurrent shard steps of one run, each add their own files. On an
   object store (a step's `core.folders.working_copy`) two steps therefore add files of different names, which
   merge without a `FolderConflict`.
@@ -62,7 +62,7 @@ from typing import Any
 
 from core import SeedwheelError
 from core.state import file_lock
-from validators.tables import atomic_write
+from core.tables import atomic_write
 
 logger = logging.getLogger(__name__)
 

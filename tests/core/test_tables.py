@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from validators import tables
-from validators.tables import frame_from_records, read_table, records_from_frame, write_table
+from core import tables
+from core.tables import frame_from_records, read_table, records_from_frame, write_table
 
 RECORDS = [
     {

@@ -6,11 +6,11 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 
+from core.tables import frame_from_records, read_table, write_table
 from tests.paths import SEEDS
-from validators.export import EXPORT_SCHEMA, ExportError, export_split
+from training.export import EXPORT_SCHEMA, ExportError, export_split
 from validators.rewards import VerifierReward
 from validators.seeds import load_seeds
-from validators.tables import frame_from_records, read_table, write_table
 
 # Three families whose verifier params differ in shape (a number, a JSON Schema with expected fields, tool
 # schemas with an expected call); no SQLite fixtures or sandbox, so loading them is quick.

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import validators.cache_store as cache_store
+import core.cache_store as cache_store
+from core.cache_store import COMPACTED, ENTRIES, LOCK, SEGMENTS, CacheStore, file_digest
 from core.folders import working_copy
-from validators.cache_store import COMPACTED, ENTRIES, LOCK, SEGMENTS, CacheStore, file_digest
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -159,7 +159,7 @@ def test_a_damaged_segment_is_dropped_alone_and_deleted_by_the_next_commit(tmp_p
     names = commit_batches(tmp_path, parts)
     path = tmp_path / names[1]
     path.write_bytes(damage(path.read_bytes()))
-    with caplog.at_level(logging.WARNING, logger="validators.cache_store"):
+    with caplog.at_level(logging.WARNING, logger="core.cache_store"):
         store = CacheStore.open(tmp_path)
     assert store.rebuilt and store.rebuild_reason and names[1] in store.rebuild_reason
     assert any("is damaged" in r.getMessage() and names[1] in r.getMessage() for r in caplog.records)
