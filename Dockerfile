@@ -20,7 +20,7 @@ ENV PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu \
 WORKDIR /opt/seedwheel
 COPY pyproject.toml Makefile README.md ./
 COPY core core
-COPY llm llm
+COPY langmodels langmodels
 COPY sandbox sandbox
 COPY validators validators
 COPY curation curation

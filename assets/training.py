@@ -26,7 +26,7 @@ from assets.plots import bar_chart, line_chart
 from core.tables import records_from_frame
 from curation.manifests import CheckpointManifest, write_manifest
 from curation.splits import first_per_family
-from llm import tether
+from langmodels import tether
 from resources import (
     CHECKPOINTS_FOLDER,
     EXPORT_FOLDER,

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from generators.rewrite import rewrite_tasks  # noqa: E402
-from llm import EndpointConfig, LLMCache, LLMClient  # noqa: E402
+from langmodels import EndpointConfig, LLMCache, LLMClient  # noqa: E402
 from tests.fake_server import FakeOpenAIServer  # noqa: E402
 from validators.tasks import compute_task_id  # noqa: E402
 

@@ -19,7 +19,7 @@ cache replay of the same (prebuilt) requests - their keys, the SQLite lookups, t
 work on top - building 100k prompts, parsing every answer, applying the acceptance rule - in CPU seconds, which
 other jobs on shared cores disturb far less than wall time. The keys are also timed alone, beside an in-run
 baseline: cache-key format 1 (SHA-256 of the canonical JSON of the whole ~6 KB request, which JSON-escaped the
-same 4.5 KB system prompt 100k times) against format 2 (`llm.cache_keys`: raw text hashed, the shared
+same 4.5 KB system prompt 100k times) against format 2 (`langmodels.cache.cache_keys`: raw text hashed, the shared
 system prompt and head hashed once). Targets, per 100k: the whole rerun (`rerun_cpu_s`) in a few seconds of CPU,
 and the judge's own share of it.
 
@@ -44,8 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from judge import DEFAULT_RUBRIC, JudgePrompt, judge_tasks  # noqa: E402
-from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
-from llm.cache import DB_NAME, cache_keys, request_payload  # noqa: E402
+from langmodels import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
+from langmodels.cache import DB_NAME, cache_keys, request_payload  # noqa: E402
 from tests.fake_server import fake_server_process  # noqa: E402
 from validators.tasks import canonical_json  # noqa: E402
 

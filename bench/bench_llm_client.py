@@ -32,8 +32,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
-from llm.cache import cache_keys, request_payload  # noqa: E402
+from langmodels import CachedResponse, ChatRequest, EndpointConfig, LLMCache, LLMClient  # noqa: E402
+from langmodels.cache import cache_keys, request_payload  # noqa: E402
 from tests.fake_server import fake_server_process  # noqa: E402
 
 TARGETS = {32: 20.0, 64: 40.0}

@@ -1,6 +1,6 @@
 """Generation speed of the local model server's engine: `.venv/bin/python bench/bench_local_server.py [--model DIR]`.
 
-Tokens per second of `llm.generation.Engine` (what `seedwheel serve` runs) on the bundled SmolLM2-135M-Instruct
+Tokens per second of `langmodels.generation.Engine` (what `seedwheel serve` runs) on the bundled SmolLM2-135M-Instruct
 by default, for one sequence and for a batch of 8 (one request with n=8, as the batching worker would gather
 8 concurrent requests), each unconstrained and constrained by a JSON Schema (llguidance masks every step).
 For reference, the same one-sequence and batch-of-8 runs through `model.generate` (unconstrained; it cannot take
@@ -36,8 +36,8 @@ import torch  # noqa: E402
 
 from judge.prompt import judge_messages  # noqa: E402
 from judge.rubric import DEFAULT_RUBRIC  # noqa: E402
-from llm.generation import PREFILL_PADDING, PREFIX_CACHE_ENTRIES, Engine, GenerationRequest  # noqa: E402
-from llm.models import bundled_model  # noqa: E402
+from langmodels.generation import PREFILL_PADDING, PREFIX_CACHE_ENTRIES, Engine, GenerationRequest  # noqa: E402
+from langmodels.models import bundled_model  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
 
 JUDGE_BATCH = 8

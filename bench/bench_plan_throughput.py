@@ -57,7 +57,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from llm.models import bundled_model
+    from langmodels.models import bundled_model
     from pipeline.settings import Settings
 
     model_dir = Path(args.model or bundled_model(Settings.from_env().models_dir))

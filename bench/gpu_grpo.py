@@ -14,7 +14,7 @@ torch before it: vllm would replace it. Nothing is downloaded at run time: the b
 What it does, once per config, with everything else equal:
 
 1. **Policy and data** (`--size`): by default `bundled`, the quickstart's SmolLM2-135M-Instruct
-   (`llm.models.bundled_model`, converted once into `--models-dir`) on the contact-extraction tasks of
+   (`langmodels.models.bundled_model`, converted once into `--models-dir`) on the contact-extraction tasks of
    `bench/learning_experiment.py` (`contact_tasks`: the seeds the model solves sometimes, so rewards vary),
    rewarded by `json_schema`. `medium` (hidden 1024, 12 layers, 136M parameters), `small` (hidden 512, 8 layers,
    24M) and `tiny` are random Qwen2-style models built by `training.tiny_model.build_tiny_model` on two-digit
@@ -471,7 +471,7 @@ def main() -> int:
         return 2
 
     from bench.learning_experiment import arithmetic_tasks, contact_tasks, split_tasks
-    from llm.models import bundled_model
+    from langmodels.models import bundled_model
     from training.export import export_split
     from training.grpo import GPU_EXTRA_HINT, vllm_available
     from training.tiny_model import build_tiny_model

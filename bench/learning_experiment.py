@@ -3,7 +3,7 @@
 Run: `.venv/bin/python bench/learning_experiment.py` (the bundled model on the contact-extraction seeds), or
 `--setup digits` (a random tiny model on generated one-digit sums, the earlier experiment).
 
-**`contacts` (default).** The policy is the bundled SmolLM2-135M-Instruct (`llm.models.bundled_model`), the
+**`contacts` (default).** The policy is the bundled SmolLM2-135M-Instruct (`langmodels.models.bundled_model`), the
 tasks the `json_extraction` seeds tagged `contacts` (`seeds/json_extraction/contacts.yaml`: name, age and city
 from a one-line message, the bundled seeds within its reach) plus their programmatic variants
 (`json_extraction_resample`: new person names). The split is the pipeline's own: `plan_splits` with the
@@ -266,7 +266,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
 
-    from llm.models import bundled_model
+    from langmodels.models import bundled_model
     from training.export import export_split
     from training.grpo import SeedwheelGRPOFields, cpu_defaults, grpo_config_class, reward_spread, run_grpo
     from training.sft import SFTSettings, run_sft

@@ -1,4 +1,4 @@
-"""What every seedwheel package shares, below llm/ in the layering: the error base."""
+"""What every seedwheel package shares, below langmodels/ in the layering: the error base."""
 
 from core.errors import SeedwheelError
 

@@ -64,8 +64,8 @@ from fractions import Fraction
 from typing import Any, ClassVar
 
 from generators.base import GenerationResult, Generator, derive_task, last_user_index
-from llm import ChatRequest, ChatResult, LLMClient
-from llm.prompts import data_tag
+from langmodels import ChatRequest, ChatResult, LLMClient
+from langmodels.prompts import data_tag
 from validators.json_answer import parse_json_response
 from validators.records import TaskRecord
 from validators.verifiers.numeric import NumberFormatError, parse_number

@@ -1,7 +1,7 @@
 """An LLM judge for task records: a versioned rubric, labels (not filters), and calibration against humans.
 
 ```python
-from llm import EndpointConfig, LLMCache, LLMClient
+from langmodels import EndpointConfig, LLMCache, LLMClient
 from judge import (
     DEFAULT_RUBRIC, AcceptanceRule, CalibrationFloors, audit_labels, calibrate, check, judge_tasks, load_audit_set,
 )

@@ -24,7 +24,7 @@ from typing import Any
 from core import SeedwheelError
 from core.tables import atomic_write
 from judge.prompt import JudgePrompt
-from llm import EndpointConfig
+from langmodels import EndpointConfig
 
 STATE_FORMAT = 1
 

@@ -9,7 +9,7 @@ Layout of a first-pass request (`judge_messages`):
   message a line (`family`, `prompt`, `reference`), `</task-XXXXXXXXXXXX>` - then a reminder and the answer
   format, so the last thing the model reads is ours, not the task's.
 
-The tag is `llm.prompts.data_tag` of the block's own text (a hash), so the task cannot close the block
+The tag is `langmodels.prompts.data_tag` of the block's own text (a hash), so the task cannot close the block
 early, and the content is JSON, so a task cannot fake fields or messages either. The verifier spec is not shown:
 the judge is there to catch gold data that is wrong in a way the verifier agrees with.
 
@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from judge.rubric import RATIONALE, SCORE_MAX, SCORE_MIN, Rubric, response_schema
-from llm import ChatRequest
-from llm.prompts import data_tag
+from langmodels import ChatRequest
+from langmodels.prompts import data_tag
 
 # Bump when the text below changes: it is part of the LLM cache key, so old answers are not reused.
 JUDGE_TEMPLATE_VERSION = 2

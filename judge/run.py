@@ -27,7 +27,7 @@ from judge.history import JudgeSetup
 from judge.parse import ParsedAnswer, parse_judgment
 from judge.prompt import JudgePrompt
 from judge.rubric import DEFAULT_RUBRIC, DEFAULT_RULE, AcceptanceRule, Rubric
-from llm import ChatRequest, ChatResult, LLMClient
+from langmodels import ChatRequest, ChatResult, LLMClient
 
 logger = logging.getLogger(__name__)
 

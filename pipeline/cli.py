@@ -901,9 +901,9 @@ def serve(model: str | None, host: str, port: int, max_batch: int, device: str, 
     """
     import logging
 
-    from llm.models import bundled_model
-    from llm.server import ServerConfig
-    from llm.server import serve as serve_model
+    from langmodels.models import bundled_model
+    from langmodels.server import ServerConfig
+    from langmodels.server import serve as serve_model
 
     if model is None:
         models_dir = Settings.from_env().models_dir  # where the pipeline's local endpoint converts it too
@@ -1012,7 +1012,7 @@ def review(ctx: click.Context, host: str, port: int, judge_model: str, home: str
 def review_sample(count: int, model: str | None, seed: int, max_tokens: int, home: str | None) -> None:
     """Sample real outputs of the current policy on training tasks, verify each, attach the judge's verdict, and
     store them for the review page (<home>/review/outputs.jsonl)."""
-    from llm.models import bundled_model
+    from langmodels.models import bundled_model
     from review.sampling import current_policy, judge_verdicts, sample_outputs, training_tasks, write_outputs
     from validators.registry import VerifyContext
 

@@ -25,7 +25,10 @@ GENERATED = "# Written by seedwheel (pipeline/instance.py) from its settings; re
 # second run of an exclusive kind (two nightly regenerations) until the first ends, and the `gpu` pool runs one
 # training step at a time. The packages' own progress lines (prompts sampled, episode turns, LLM batches, model
 # servers started) go to the run's log as they come, so a long step is seen to move in the UI and the terminal.
-MANAGED_LOGGERS = ("training", "llm", "judge", "generators", "curation", "validators", "failures", "simulation")
+MANAGED_LOGGERS = (
+    *("training", "langmodels", "judge", "generators", "curation", "validators", "sandbox", "failures"),
+    *("simulation", "review", "interop"),
+)
 INSTANCE_YAML = f"""\
 telemetry:
   enabled: false

@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 
 import dagster as dg
 
-from llm.launcher import LOCAL_REQUEST_TIMEOUT_S
+from langmodels.launcher import LOCAL_REQUEST_TIMEOUT_S
 from pipeline.settings import Profile, Settings
 from resources import CurationPolicy, JudgePolicy, LLMEndpoint, PromotionGate, TrainingPolicy, VariantPlan
 
@@ -56,7 +56,7 @@ class ProfileResources:
 
 
 # The endpoint's default sampling params in both profiles (a request may set its own). They are part of every
-# LLM cache key, so changing them makes every call again; `llm.EndpointConfig`'s own defaults are 0.0 and 512.
+# LLM cache key, so changing them makes every call again; `langmodels.EndpointConfig`'s own defaults are 0.0 and 512.
 GENERATION_PARAMS: dict[str, Any] = {"temperature": 0.7, "max_tokens": 256}
 
 

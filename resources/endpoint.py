@@ -9,9 +9,9 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from core.database import DATABASE_URL_ENV, database_url
-from llm import LOCAL_PLACEHOLDER_URL, Endpoint, LLMClient
-from llm.launcher import Backend, ModelServer
-from llm.models import bundled_model, bundled_model_dir
+from langmodels import LOCAL_PLACEHOLDER_URL, Endpoint, LLMClient
+from langmodels.launcher import Backend, ModelServer
+from langmodels.models import bundled_model, bundled_model_dir
 from resources.mirror import ENDPOINT_FIELDS
 
 
@@ -29,7 +29,7 @@ class LLMEndpoint(dg.ConfigurableResource):
 
     base_url: str = ""
     model: str = ""
-    # `llm.EndpointConfig`'s fields, with its defaults (each profile sets the generation params it samples with).
+    # `langmodels.EndpointConfig`'s fields, with its defaults (each profile sets the generation params it samples).
     api_key_env: str = ENDPOINT_FIELDS.default("api_key_env")
     max_concurrency: int = ENDPOINT_FIELDS.default("max_concurrency")
     timeout_s: float = ENDPOINT_FIELDS.default("timeout_s")
@@ -67,7 +67,7 @@ class LLMEndpoint(dg.ConfigurableResource):
         return self._endpoint.client()
 
     def endpoint(self) -> Endpoint:
-        """This endpoint as a plain `llm.Endpoint` (no Dagster), e.g. for `seedwheel judge`."""
+        """This endpoint as a plain `langmodels.Endpoint` (no Dagster), e.g. for `seedwheel judge`."""
         model = self.model
         if not model and not self.base_url:  # the bundled model, named before it is converted
             model = str(bundled_model_dir(self.models_dir))

@@ -10,7 +10,7 @@ from curation.dedup import MinHashConfig
 from curation.splits import SplitConfig
 from curation.validation_shards import ShardConfig
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
-from llm import EndpointConfig
+from langmodels import EndpointConfig
 from training.grpo_job import GRPOJobConfig
 from training.promotion import PromotionPolicy
 from training.reward_audit import RewardAuditPolicy

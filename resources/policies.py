@@ -20,7 +20,7 @@ from curation.splits import SplitConfig, hash_sample
 from curation.validation_shards import ShardConfig
 from generators.rewrite import REWRITE_KINDS
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
-from llm.models import bundled_model
+from langmodels.models import bundled_model
 from resources.folders import DEDUP_INDEX_FOLDER
 from resources.mirror import (
     AUDIT_FIELDS,

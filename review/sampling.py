@@ -3,8 +3,8 @@ answer is verified and shown with the judge's verdict on its task.
 
 The current policy is the promoted model (`<home>/promotion/promoted.json`) or, before any promotion, the base
 model the caller names. `sample_outputs` picks `n` non-episode training tasks (families in turn, each family's
-tasks in a stable hashed order), starts `llm.launcher.ModelServer` for the model on loopback, asks for one
-completion per task through `llm.client.LLMClient` (no call cache: a review wants fresh outputs), verifies each
+tasks in a stable hashed order), starts `langmodels.launcher.ModelServer` for the model on loopback, asks for one
+completion per task through `langmodels.client.LLMClient` (no call cache: a review wants fresh outputs), verifies each
 with the task's own verifier and attaches the judge's verdict on the task where `judged_tasks` has one. The batch
 is stored at `<home>/review/outputs.jsonl` (the latest batch; labels keep their own copy of what they judged).
 """
@@ -20,9 +20,9 @@ from typing import Any
 
 from core import SeedwheelError
 from core.tables import read_table, write_jsonl
-from llm.client import LLMClient, Progress
-from llm.launcher import LOCAL_REQUEST_TIMEOUT_S, ModelServer
-from llm.types import ChatRequest, EndpointConfig
+from langmodels.client import LLMClient, Progress
+from langmodels.launcher import LOCAL_REQUEST_TIMEOUT_S, ModelServer
+from langmodels.types import ChatRequest, EndpointConfig
 from review.labels import now
 from training.evaluation import is_episode
 from training.promotion import PromotionRegistry

@@ -15,7 +15,7 @@ from pathlib import PurePath
 from typing import Any
 
 from failures import failure_fields
-from llm import ChatRequest, LLMClient
+from langmodels import ChatRequest, LLMClient
 from training.checkpoints import FINAL_DIRNAME
 from validators.batch import verify_many
 from validators.registry import VerifyContext

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.state import StateStore
-from llm.models import bundled_model
+from langmodels.models import bundled_model
 from pipeline.settings import Settings
 from tests.paths import REAL_MODELS_DIR, SEEDS, copy_seeds, quickstart_settings
 from tests.services import fresh_bucket, fresh_database, postgres_server, s3_environment, s3_server

@@ -7,7 +7,7 @@ from pathlib import Path
 from core.cache_store import CacheStore
 from core.tables import read_table
 from curation.dedup import DedupIndex, MinHashConfig
-from llm.cache import DB_NAME
+from langmodels.cache import DB_NAME
 from resources import GENERATION_CACHE_FOLDER, VALIDATION_CACHE_FOLDER
 
 

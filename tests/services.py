@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from core.signals import dispositions_kept
-from llm.launcher import stop_group, wait_group_gone
+from langmodels.launcher import stop_group, wait_group_gone
 from pipeline.settings import Settings
 from tests.paths import REPO
 

@@ -15,14 +15,14 @@ from tests.paths import REPO
 
 # Every first-party package, bottom layer first (pyproject.toml's import-linter layers).
 PACKAGES = (
-    *("core", "llm", "sandbox", "validators"),
+    *("core", "langmodels", "sandbox", "validators"),
     *("curation", "judge", "failures", "generators", "training"),
     *("review", "interop", "resources", "assets", "simulation", "pipeline"),
 )
 EXAMPLE = re.compile(r"^\s*>>> ", re.MULTILINE)
 # Modules known to have examples, a few per package: discovery that finds none of them is broken, not clean.
 KNOWN = {
-    *("llm.cache", "llm.types", "llm.generation"),
+    *("langmodels.cache", "langmodels.types", "langmodels.generation"),
     *("validators.passk", "validators.tasks", "validators.seeds", "validators.verifiers.sql"),
     *("validators.verifiers.numeric", "validators.verifiers.tool_call"),
     *("curation.splits", "curation.dedup.minhash", "curation.curate"),

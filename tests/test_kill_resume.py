@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from core.tables import frame_from_records, write_table
-from llm.cache import DB_NAME
+from langmodels.cache import DB_NAME
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 from tests.outputs import assert_whole_files
@@ -41,7 +41,7 @@ ONE_SHORT_ANSWER_AT_A_TIME = {"max_concurrency": 1, "max_tokens": 16}
 CHILD = """
 import json, sys
 from pathlib import Path
-from llm.cache import DB_NAME
+from langmodels.cache import DB_NAME
 from pipeline.runs import materialize
 from pipeline.settings import Settings
 home, dagster_home, select, resources, seeds, environ = sys.argv[1:7]

@@ -18,7 +18,7 @@ import psycopg2
 import pytest
 from upath import UPath
 
-from llm.launcher import ModelServer
+from langmodels.launcher import ModelServer
 from pipeline.instance import open_instance
 from pipeline.runs import materialize
 from pipeline.settings import Settings

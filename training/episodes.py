@@ -2,8 +2,8 @@
 
 `sample_episodes(model, tasks, k=...)` plays k episodes per task with a local policy model. Each episode gets a
 fresh environment (`validators.environments`: the task's own copy of its state, removed afterwards) whose first
-observation is the task's prompt. Every turn, one batched generation (`llm.generation.Engine`, left padded) gives
-each live episode its next assistant turn; its tool calls are read with the episode verifier's own parser
+observation is the task's prompt. Every turn, one batched generation (`langmodels.generation.Engine`, left
+padded) gives each live episode its next assistant turn; its tool calls are read with the episode verifier's own parser
 (`actions_from_completion`: OpenAI-style objects or `<tool_call>` blocks in the text), run in order, and their
 results come back as `tool` messages. A turn without a call is the answer. The environment ends an episode
 (`answered`, `max_turns`, `invalid_call`, `tool_error`, `timeout`), so n tasks x k samples cost at most
@@ -119,7 +119,7 @@ class EngineTurns:
     def __init__(
         self, model_path_or_id: str | os.PathLike[str], *, max_new_tokens: int, temperature: float, batch_size: int
     ) -> None:
-        from llm.generation import Engine
+        from langmodels.generation import Engine
         from training.tiny_model import load_policy
 
         self.engine = Engine(*load_policy(model_path_or_id))
@@ -128,7 +128,7 @@ class EngineTurns:
         self.batch_size = batch_size
 
     def __call__(self, conversations: Sequence[Sequence[Mapping[str, Any]]], seeds: Sequence[int]) -> list[str]:
-        from llm.generation import GenerationRequest
+        from langmodels.generation import GenerationRequest
 
         prompts = [self.engine.prompt_ids(chat_messages(conversation)) for conversation in conversations]
         texts = [""] * len(prompts)

@@ -1,7 +1,7 @@
 """Held-out evaluation of a checkpoint: sample k completions per task and score each with the verifier registry.
 
 `sample_and_score(model, tasks, k=...)` draws k completions per task with the local server's batched engine
-(`llm.generation`: the task's prompt messages through the tokenizer's chat template, prefilled once for its
+(`langmodels.generation`: the task's prompt messages through the tokenizer's chat template, prefilled once for its
 k samples) and judges each with the task's own verifier (`validators.batch.verify_many`), the same one that
 validated the data and was the reward. Its verdicts feed the statistics of `training.stats`: `evaluate`
 (pass@k per family with task-bootstrap intervals) and `compare` (the paired candidate-vs-baseline difference
@@ -27,7 +27,7 @@ from validators.registry import VerifyContext
 from validators.verifiers.episode import Episode
 
 if TYPE_CHECKING:  # torch and the engine load on first use
-    from llm.generation import Engine
+    from langmodels.generation import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def sample_and_score(
     """Sample k completions per task with the local server's engine and judge each with the task's verifier.
 
     Each task's prompt messages go through the tokenizer's chat template with the generation prompt, and are
-    prefilled once for their k samples (`llm.generation.Engine`; a system message tasks share is prefilled once
+    prefilled once for their k samples (`langmodels.generation.Engine`; a system message tasks share is prefilled once
     for all). Task i samples from its own random generator seeded `seed + i`, so the caller's global RNG is
     untouched and a rerun with the same arguments gives the same completions, whatever the batch size (on the
     same hardware and library versions). A prompt too long for the model's context gets empty samples, which
@@ -224,12 +224,12 @@ def _generate(
     seed: int,
     batch_size: int,
 ) -> list[list[str]]:
-    """k completion texts per conversation, in order, from the local server's engine (`llm.generation`).
+    """k completion texts per conversation, in order, from the local server's engine (`langmodels.generation`).
 
     Each conversation is prefilled once for its k samples, and a system message that conversations share is
     prefilled once for all of them (the engine's prefix cache). Conversation i samples with seed `seed + i`.
     """
-    from llm.generation import Engine, GenerationRequest
+    from langmodels.generation import Engine, GenerationRequest
     from training.tiny_model import load_policy
 
     if not conversations:

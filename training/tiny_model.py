@@ -13,7 +13,7 @@ parse-failure handling, never for judging quality.
 A build is deterministic for a given seed, texts (as a multiset: their order does not matter) and library
 versions, and it is recorded in a small fingerprint file (`seedwheel_build.json`) in the model directory.
 Building again with the same inputs reuses the directory; with other inputs it replaces it. The build is
-atomic (`llm.models.build_model_dir`): a killed build never leaves a half-written model directory in its place.
+atomic (`langmodels.models.build_model_dir`): a killed build never leaves a half-written model directory in its place.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core import SeedwheelError
-from llm.models import build_model_dir, package_version
+from langmodels.models import build_model_dir, package_version
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -127,7 +127,7 @@ def build_tiny_model(
     Args:
         out_dir: The model directory to create. Reused as is when it holds a build with the same fingerprint;
             replaced when it holds a tiny-model build with another fingerprint. A non-empty directory that is
-            not a model build is never touched (`llm.models.ModelBuildError`).
+            not a model build is never touched (`langmodels.models.ModelBuildError`).
         texts: Text the tokenizer learns its merges from, e.g. seed prompts and references. Their order does
             not matter; an empty corpus gives a pure byte-level tokenizer.
         vocab_size: Upper bound of the vocabulary (see `TinyModelSpec`).

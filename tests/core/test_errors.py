@@ -13,7 +13,8 @@ from pipeline.cli import main, seedwheel_errors
 
 PACKAGES = [
     "core",
-    "llm",
+    "langmodels",
+    "sandbox",
     "validators",
     "curation",
     "judge",
@@ -21,6 +22,9 @@ PACKAGES = [
     "interop",
     "generators",
     "training",
+    "review",
+    "resources",
+    "simulation",
     "pipeline",
     "assets",
 ]

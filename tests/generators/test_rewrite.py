@@ -20,8 +20,8 @@ from generators.rewrite import (
     rewrite_problem,
     rewrite_tasks,
 )
-from llm import ChatResult, EndpointConfig, LLMCache, LLMClient
-from llm.prompts import data_tag
+from langmodels import ChatResult, EndpointConfig, LLMCache, LLMClient
+from langmodels.prompts import data_tag
 from tests.fake_server import FakeOpenAIServer, Reply
 from tests.paths import SEEDS
 from validators.seeds import load_seeds

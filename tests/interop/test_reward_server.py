@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from interop.nemo_gym import input_key, read_jsonl, response_messages, row_verifier
-from llm.launcher import stop_group, wait_group_gone
+from langmodels.launcher import stop_group, wait_group_gone
 from pipeline.cli import main
 from tests.paths import REPO
 from tests.services import free_port

@@ -17,7 +17,7 @@ from judge import (
     load_setup,
     save_setup,
 )
-from llm import EndpointConfig, LLMClient
+from langmodels import EndpointConfig, LLMClient
 from tests.fake_server import FakeOpenAIServer
 
 CONFIG = EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="qwen-7b", max_tokens=256)

@@ -33,8 +33,8 @@ from judge import (
     self_consistency,
     template_version,
 )
-from llm import EndpointConfig, LLMCache, LLMClient
-from llm.prompts import data_tag
+from langmodels import EndpointConfig, LLMCache, LLMClient
+from langmodels.prompts import data_tag
 from tests.fake_server import FakeOpenAIServer, Reply
 from tests.paths import SEEDS
 

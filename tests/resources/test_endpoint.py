@@ -1,8 +1,8 @@
-"""The LLMEndpoint resource is a thin wrapper: its config becomes a plain `llm.Endpoint`."""
+"""The LLMEndpoint resource is a thin wrapper: its config becomes a plain `langmodels.Endpoint`."""
 
 import pytest
 
-from llm import LOCAL_PLACEHOLDER_URL, ChatRequest, LLMCache
+from langmodels import LOCAL_PLACEHOLDER_URL, ChatRequest, LLMCache
 from resources import LLMEndpoint
 from tests.fake_server import FakeOpenAIServer
 from tests.services import fresh_database

@@ -11,7 +11,7 @@ from curation.dedup import MinHashConfig
 from curation.splits import SplitConfig
 from curation.validation_shards import ShardConfig
 from judge import AcceptanceRule, CalibrationFloors, TokenPrices
-from llm import EndpointConfig
+from langmodels import EndpointConfig
 from pipeline.definitions import build_definitions
 from pipeline.profiles import PROFILES, profile_resources
 from pipeline.settings import Profile

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llm.generation import Engine
+from langmodels.generation import Engine
 from tests.paths import SEEDS
 from tests.training.scripted import Scripted, reference_script, request
 from tests.training.scripted import tool_call as call

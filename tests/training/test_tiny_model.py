@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from llm.models import FINGERPRINT_FILE, ModelBuildError
+from langmodels.models import FINGERPRINT_FILE, ModelBuildError
 from tests.training.tiny import TINY_TEXTS
 from training.tiny_model import (
     EOS_TOKEN,

@@ -1,15 +1,15 @@
 """An OpenAI-compatible chat completions server for one causal LM, with structured outputs on CPU.
 
-`python -m llm.server --model DIR_OR_ID [--host H] [--port P] [--max-batch N] [--device cpu] [--threads 1]` (or
+`python -m langmodels.server --model DIR_OR_ID [--host H] [--port P] [--max-batch N] [--device cpu] [--threads 1]` (or
 `seedwheel serve`) loads the model with transformers, *then* binds the port, so the first `GET /health` = 200
-means the model is in memory (what `llm.launcher.ModelServer` waits for). It serves:
+means the model is in memory (what `langmodels.launcher.ModelServer` waits for). It serves:
 
 - `GET /health`: 200 `{"status": "ok"}`.
 - `GET /v1/models`: the served model, under the name it was started with (a directory: its absolute path).
 - `POST /v1/chat/completions`: `messages`, `n`, `temperature` (0 = greedy), `top_p`, `max_tokens` /
   `max_completion_tokens`, `seed`, `stop`, and `response_format` `{"type": "json_schema", "json_schema":
   {"name", "schema", "strict"?}}` or `{"type": "json_object"}`, enforced by grammar-constrained decoding
-  (llguidance, see `llm.generation`): every choice that ends with finish reason "stop" is valid JSON for the
+  (llguidance, see `langmodels.generation`): every choice that ends with finish reason "stop" is valid JSON for the
   schema; one cut by `max_tokens` ends with "length".
 - `GET /stats`: counters of requests, batches and tokens (the largest batch shows that batching happens, and
   `cached_prompt_tokens` that shared prompt prefixes are reused; a response's `usage.prompt_tokens_details`
@@ -54,8 +54,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core import SeedwheelError
-from llm.generation import Engine, GenerationRequest, GenerationResult, InvalidGenerationRequest
-from llm.launcher import served_name
+from langmodels.generation import Engine, GenerationRequest, GenerationResult, InvalidGenerationRequest
+from langmodels.launcher import served_name
 
 logger = logging.getLogger(__name__)
 
@@ -599,9 +599,9 @@ def serve(config: ServerConfig, *, on_loaded: Callable[[str, str], None] | None 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m llm.server --model DIR_OR_ID ...`: the entry point `llm.launcher.ModelServer` starts."""
+    """`python -m langmodels.server --model DIR_OR_ID ...`: what `langmodels.launcher.ModelServer` starts."""
     defaults = ServerConfig(model="")
-    parser = argparse.ArgumentParser(prog="python -m llm.server", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m langmodels.server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="Model directory or model id in the local hub cache.")
     parser.add_argument("--host", default=defaults.host)
     parser.add_argument("--port", type=int, default=defaults.port)

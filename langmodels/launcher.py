@@ -1,14 +1,15 @@
-"""A local OpenAI-compatible model server: seedwheel's own (`llm.server`) on CPU, `vllm serve` on GPU, on loopback.
+"""A local OpenAI-compatible model server, on loopback: seedwheel's own (`langmodels.server`) on CPU, `vllm serve`
+on GPU.
 
 `ModelServer` starts the server as a child process in its own session (so it and everything it spawns form
 one process group), waits until it is ready, exposes `base_url` and `model` for any OpenAI-compatible client,
 and stops the whole group on exit, also when the body of the `with` block raises.
 
-Both backends honour `response_format` JSON schemas (grammar-constrained decoding: llguidance in `llm.server`,
+Both backends honour `response_format` JSON schemas (grammar-constrained decoding: llguidance in `langmodels.server`,
 xgrammar in vLLM), batch concurrent requests and serve `n` > 1.
 
 Readiness: the server is ready when `GET /health` answers 200. Both backends load the model *before* they bind
-the port (`llm.server` loads it, then starts uvicorn; vLLM builds its engine before it serves), so the first 200
+the port (`langmodels.server` loads it, then starts uvicorn; vLLM builds its engine before it serves), so the first 200
 means the model is in memory and the first request pays no loading time.
 
 The request's `model` must be exactly the name the server was started with; `ModelServer.model` is that name
@@ -50,7 +51,7 @@ from types import TracebackType
 from typing import Literal
 
 from core import SeedwheelError
-from llm import tether
+from langmodels import tether
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class ModelServer:
     Args:
         model: A local model directory (served under its absolute path) or a model id (vLLM, or a cached id).
         log_dir: Folder for the server's log file (created if missing); also the server's working directory.
-        backend: `"seedwheel"` (`python -m llm.server`: transformers and llguidance, CPU by default) or `"vllm"`
+        backend: `"seedwheel"` (`python -m langmodels.server`: transformers and llguidance, CPU by default) or `"vllm"`
             (`vllm serve`, GPU; needs the `gpu` extra).
         host: Address to bind; loopback by default.
         port: Port to bind; by default a free one is picked (and picked again if another process took it).
@@ -198,7 +199,7 @@ class ModelServer:
 
         Example:
             >>> ModelServer("/m", log_dir="/tmp", port=8000).command()[1:]  # doctest: +SKIP
-            ['-m', 'llm.server', '--model', '/m', '--host', '127.0.0.1', '--port', '8000', '--device', 'cpu']
+            ['-m', 'langmodels.server', '--model', '/m', '--host', '127.0.0.1', '--port', '8000', '--device', 'cpu']
         """
         port = str(self.port if self.port is not None else 0)
         if self.backend == "vllm":
@@ -217,7 +218,7 @@ class ModelServer:
         return [
             sys.executable,
             "-m",
-            "llm.server",
+            "langmodels.server",
             "--model",
             self.model,
             "--host",

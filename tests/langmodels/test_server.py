@@ -1,4 +1,4 @@
-"""The local model server (`llm.server`) and its engine (`llm.generation`).
+"""The local model server (`langmodels.server`) and its engine (`langmodels.generation`).
 
 In-process, on the tiny random model (fast): grammar-constrained decoding, seeds, stop strings and limits, request
 validation, the batch worker. A random model that writes schema-valid JSON under the grammar, and garbage without
@@ -27,9 +27,9 @@ import torch
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from llm.generation import PREFIX_BLOCK, Engine, GenerationRequest, GenerationResult, prefill_groups, sample
-from llm.launcher import ModelServer
-from llm.server import Batcher, ServerConfig, create_app
+from langmodels.generation import PREFIX_BLOCK, Engine, GenerationRequest, GenerationResult, prefill_groups, sample
+from langmodels.launcher import ModelServer
+from langmodels.server import Batcher, ServerConfig, create_app
 
 # Every keyword bounds its value, so a random model cannot wander until max_tokens inside the answer.
 PERSON = {
@@ -332,7 +332,7 @@ class RecordingEngine:
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("out of memory")
-        from llm.generation import Completion
+        from langmodels.generation import Completion
 
         return [GenerationResult([Completion(str(r.prompt_ids[0]), "stop", 1)] * r.n, 1) for r in requests]
 
@@ -366,19 +366,19 @@ def test_a_failed_batch_fails_its_requests_and_the_worker_goes_on() -> None:
 def test_seedwheel_serve_defaults_to_the_bundled_model_in_the_models_folder(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import llm.models
-    import llm.server
+    import langmodels.models
+    import langmodels.server
     from pipeline.cli import main
 
     served: list[ServerConfig] = []
     monkeypatch.setenv("SEEDWHEEL_MODELS_DIR", str(tmp_path / "models"))
-    monkeypatch.setattr(llm.models, "bundled_model", lambda models_dir: Path(models_dir) / "smollm2")
+    monkeypatch.setattr(langmodels.models, "bundled_model", lambda models_dir: Path(models_dir) / "smollm2")
 
     def fake_serve(config: ServerConfig, on_loaded: Any) -> None:
         served.append(config)
         on_loaded(config.base_url, config.model)
 
-    monkeypatch.setattr(llm.server, "serve", fake_serve)
+    monkeypatch.setattr(langmodels.server, "serve", fake_serve)
     result = CliRunner().invoke(main, ["serve", "--port", "8123", "--max-batch", "4"])
     assert result.exit_code == 0, result.output
     [config] = served

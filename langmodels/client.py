@@ -40,8 +40,8 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 from tenacity.wait import wait_base
 
-from llm.cache import CachedResponse, LLMCache, cache_keys, request_payload
-from llm.types import (
+from langmodels.cache import CachedResponse, LLMCache, cache_keys, request_payload
+from langmodels.types import (
     CONNECTION_ERRORS,
     CallBudgetExceeded,
     ChatRequest,

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from core.database import DATABASE_URL_ENV, connect, create_tables, is_postgres_url, redact_url
-from llm.types import ChatRequest, EndpointConfig, canonical_encode, shared_json
+from langmodels.types import ChatRequest, EndpointConfig, canonical_encode, shared_json
 
 KEY_FORMAT = 2
 DB_NAME = "llm_cache.sqlite3"

@@ -1,4 +1,4 @@
-"""The local model server's lifecycle: a real `llm.server` on loopback, and its process-group handling.
+"""The local model server's lifecycle: a real `langmodels.server` on loopback, and its process-group handling.
 
 The real-server tests assert transport and lifecycle, never quality: the tiny model has random weights (what the
 server answers is tested in test_server.py). The process-group tests use a stand-in server (a few lines of Python
@@ -17,8 +17,8 @@ import openai
 import pytest
 
 from core.signals import dispositions_kept
-from llm import launcher as server_launcher
-from llm.launcher import MissingServingDependencyError, ModelServer, ModelServerError, group_alive
+from langmodels import launcher as server_launcher
+from langmodels.launcher import MissingServingDependencyError, ModelServer, ModelServerError, group_alive
 from tests.tiers import skip_for_accelerator
 
 STAND_IN = r"""
@@ -175,7 +175,7 @@ def test_a_launcher_that_ignores_sigterm_still_stops_its_server_on_sigterm(tmp_p
 LAUNCHER = r"""
 import sys, time
 from pathlib import Path
-from llm.launcher import ModelServer
+from langmodels.launcher import ModelServer
 
 class StandIn(ModelServer):
     def command(self):
@@ -253,7 +253,7 @@ def test_environment_is_offline_and_carries_no_secrets(tmp_path: Path, monkeypat
 
 def test_seedwheel_command_serves_the_model_by_its_absolute_path(tmp_path: Path) -> None:
     command = ModelServer(tmp_path, log_dir=tmp_path, port=8123).command()
-    assert command[:3] == [sys.executable, "-m", "llm.server"]
+    assert command[:3] == [sys.executable, "-m", "langmodels.server"]
     served = str(tmp_path.resolve())
     assert command[3:] == ["--model", served, "--host", "127.0.0.1", "--port", "8123", "--device", "cpu"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llm import LOCAL_PLACEHOLDER_URL, ChatRequest, Endpoint, EndpointConfig
+from langmodels import LOCAL_PLACEHOLDER_URL, ChatRequest, Endpoint, EndpointConfig
 from tests.fake_server import FakeOpenAIServer
 
 FAST = {"backoff_base_s": 0.001, "backoff_max_s": 0.01, "timeout_s": 5.0, "max_retries": 0}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from llm import ChatRequest, EndpointConfig, MissingAPIKey, is_loopback_url, resolve_api_key
+from langmodels import ChatRequest, EndpointConfig, MissingAPIKey, is_loopback_url, resolve_api_key
 
 BASE = {"base_url": "http://127.0.0.1:8000/v1", "model": "tiny"}
 

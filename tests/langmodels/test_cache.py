@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from core.database import DatabaseUnavailable
-from llm import CachedResponse, ChatRequest, EndpointConfig, LLMCache, cache_key, request_payload
-from llm.cache import DB_NAME, cache_keys
+from langmodels import CachedResponse, ChatRequest, EndpointConfig, LLMCache, cache_key, request_payload
+from langmodels.cache import DB_NAME, cache_keys
 from tests.paths import REPO
 from tests.services import free_port, fresh_database
 
@@ -187,7 +187,7 @@ def test_batch_lookups_span_many_chunks(location):
 
 WRITER = """
 import sys
-from llm.cache import CachedResponse, LLMCache
+from langmodels.cache import CachedResponse, LLMCache
 cache = LLMCache(sys.argv[1])
 start = int(sys.argv[2])
 for i in range(start, start + 300):

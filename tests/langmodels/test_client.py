@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llm import (
+from langmodels import (
     CallBudgetExceeded,
     ChatRequest,
     EndpointConfig,

@@ -1,7 +1,7 @@
 """An OpenAI-compatible LLM client for generation and judging: cached on disk, bounded, retried.
 
 ```python
-from llm import ChatRequest, EndpointConfig, LLMCache, LLMClient
+from langmodels import ChatRequest, EndpointConfig, LLMCache, LLMClient
 
 config = EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen2.5-0.5B-Instruct", max_concurrency=16)
 client = LLMClient(config, LLMCache(".seedwheel/llm_cache"))
@@ -15,7 +15,7 @@ client.stats.as_dict()  # hits, misses, calls, attempts, retries, tokens_in, tok
 `Endpoint` hands out clients for a URL, or for a local server it starts only when a request misses the cache:
 
 ```python
-from llm import Endpoint, EndpointConfig
+from langmodels import Endpoint, EndpointConfig
 
 with Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="m"), cache=".seedwheel/llm_cache") as ep:
     results = ep.client().complete_many_sync(requests)
@@ -24,10 +24,10 @@ with Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="m"), ca
 `tests.fake_server.FakeOpenAIServer` serves the same API on loopback for tests and offline dry runs.
 """
 
-from llm.cache import CachedResponse, LLMCache, cache_key, cache_keys, request_payload
-from llm.client import LLMClient
-from llm.endpoint import LOCAL_PLACEHOLDER_URL, Endpoint, LocalServer
-from llm.types import (
+from langmodels.cache import CachedResponse, LLMCache, cache_key, cache_keys, request_payload
+from langmodels.client import LLMClient
+from langmodels.endpoint import LOCAL_PLACEHOLDER_URL, Endpoint, LocalServer
+from langmodels.types import (
     CONNECTION_ERRORS,
     CallBudgetExceeded,
     ChatRequest,

@@ -1,4 +1,4 @@
-"""Run a command that must not outlive the process that launched it: `python -m llm.tether PID -- CMD...`.
+"""Run a command that must not outlive the process that launched it: `python -m langmodels.tether PID -- CMD...`.
 
 A model server started by a run is a child in its own session (so it can be stopped as a group). When the run
 ends normally it stops the server; when the run is killed (`kill -9`, OOM killer, a lost node), nothing would,
@@ -32,9 +32,9 @@ def command_for(command: Sequence[str], parent: int | None = None) -> list[str]:
 
     Example:
         >>> command_for(["sleep", "60"], parent=123)[1:]
-        ['-m', 'llm.tether', '123', '--', 'sleep', '60']
+        ['-m', 'langmodels.tether', '123', '--', 'sleep', '60']
     """
-    return [sys.executable, "-m", "llm.tether", str(os.getpid() if parent is None else parent), "--", *command]
+    return [sys.executable, "-m", "langmodels.tether", str(os.getpid() if parent is None else parent), "--", *command]
 
 
 def _stop_group(child: subprocess.Popen[bytes]) -> None:
@@ -49,7 +49,7 @@ def _stop_group(child: subprocess.Popen[bytes]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 3 or args[1] != "--" or not args[0].isdigit():
-        sys.stderr.write("usage: python -m llm.tether PARENT_PID -- COMMAND [ARGS...]\n")
+        sys.stderr.write("usage: python -m langmodels.tether PARENT_PID -- COMMAND [ARGS...]\n")
         return 2
     parent, command = int(args[0]), args[2:]
     if os.getpgid(0) != os.getpid():

@@ -11,9 +11,9 @@ from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
 from core.database import redact_url
-from llm.cache import LLMCache
-from llm.client import LLMClient
-from llm.types import EndpointConfig, EndpointConfigError
+from langmodels.cache import LLMCache
+from langmodels.client import LLMClient
+from langmodels.types import EndpointConfig, EndpointConfigError
 
 # The base URL of a local server before it runs: any loopback URL will do, since a loopback endpoint is cached
 # without its port (`EndpointConfig.endpoint_id`) and the server's real URL replaces it when it starts.
@@ -31,7 +31,7 @@ class Endpoint:
         cache: where answers are cached (`LLMCache`): a local folder, or a `postgresql://` URL a cluster's workers
             share; None disables caching.
         local_server: starts a server on this machine and yields its base URL while it runs (e.g. a
-            `llm.launcher.ModelServer` on `config.model`). It is entered the first time a request misses the
+            `langmodels.launcher.ModelServer` on `config.model`). It is entered the first time a request misses the
             cache, at most once per `with` block, and left when the block ends, also on failure; a fully cached
             run starts nothing.
         api_key: the key itself, for callers that resolve secrets their own way; None reads `config.api_key_env`.
@@ -41,7 +41,7 @@ class Endpoint:
 
     Example:
         >>> from tests.fake_server import FakeOpenAIServer
-        >>> from llm import ChatRequest
+        >>> from langmodels import ChatRequest
         >>> with FakeOpenAIServer() as server, Endpoint(EndpointConfig(server.base_url, "fake")) as endpoint:
         ...     client = endpoint.client()
         ...     [r.text for r in client.complete_many_sync([ChatRequest([{"role": "user", "content": "hi"}], "t1")])]
