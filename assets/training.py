@@ -149,6 +149,8 @@ def _label_metadata(audit: RewardAudit, labelled: AuditLabels) -> dict[str, Any]
         "reviewed_rows": labelled.reviewed,
         "label_files": dg.MetadataValue.json(labelled.files),
         "agreement_by_source": dg.MetadataValue.md(markdown_table(table, AGREEMENT_COLUMNS)),
+        # Two reviewers on the same outputs: Cohen's kappa, per pair (none until two have labelled one output).
+        "reviewer_agreement": dg.MetadataValue.json([pair.line() for pair in labelled.reviewers]),
     }
 
 

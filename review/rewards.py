@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from review.labels import REWARD_KEYS, clean_reason, label_file, label_files, load_labels, now, save_label
+from review.labels import (
+    REWARD_KEYS,
+    ReviewerAgreement,
+    clean_reason,
+    label_file,
+    label_files,
+    load_labels,
+    now,
+    pairwise_agreement,
+    save_label,
+)
 from training.reward_audit import LabelledCompletion, RewardAuditPolicy, load_labelled, score_labelled
 from validators.registry import VerifyContext
 from validators.rewards import build_reward_funcs
@@ -35,6 +45,8 @@ class AuditLabels:
 
     rows: list[LabelledCompletion]
     files: list[str] = field(default_factory=list)
+    # How far each pair of reviewers who labelled the same outputs agree (`review.labels.pairwise_agreement`).
+    reviewers: list[ReviewerAgreement] = field(default_factory=list)
 
     @property
     def reviewed(self) -> int:
@@ -86,7 +98,8 @@ def reviewed_rows(seeds_folder: Path) -> AuditLabels:
     """Every reviewer's reward labels as reward-audit rows, with the files they came from."""
     labels = load_labels(seeds_folder, "reward")
     rows = [as_labelled(label) for name in sorted(labels) for label in labels[name]]
-    return AuditLabels(rows, [str(path) for path in label_files(seeds_folder, "reward")])
+    files = [str(path) for path in label_files(seeds_folder, "reward")]
+    return AuditLabels(rows, files, pairwise_agreement(labels))
 
 
 def audit_labels(seeds_folder: Path, hand_written: Path, context: VerifyContext | None = None) -> AuditLabels:
@@ -99,7 +112,7 @@ def audit_labels(seeds_folder: Path, hand_written: Path, context: VerifyContext 
     """
     reviewed = reviewed_rows(seeds_folder)
     hand = load_labelled(hand_written, context=context)
-    return AuditLabels([*hand, *reviewed.rows], [str(hand_written), *reviewed.files])
+    return AuditLabels([*hand, *reviewed.rows], [str(hand_written), *reviewed.files], reviewed.reviewers)
 
 
 def source_of(row_id: str) -> str:

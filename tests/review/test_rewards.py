@@ -108,6 +108,9 @@ def test_a_reviewers_reason_keeps_no_pii() -> None:
 def test_reward_sound_reports_the_reviewed_labels_and_names_their_files(tmp_path: Path) -> None:
     seeds = copy_seeds(tmp_path / "seeds", ["arithmetic"], audit=["arithmetic"])
     labelled_seeds_at(seeds)
+    # A second reviewer on the same two outputs (a disagreement would fail the blocking check: test_labels has one).
+    save_reward_label(seeds, reward_label(_output("o-right", "48 + 24 = 72\n#### 72"), "bo", agree=True, reason=""))
+    save_reward_label(seeds, reward_label(_output("o-wrong", "48 + 48 = 96\n#### 96"), "bo", agree=True, reason=""))
     settings = Settings.from_env(
         {}, profile="quickstart", home=tmp_path / "home", seeds_dir=seeds, dagster_home=tmp_path / "dagster"
     )
@@ -116,6 +119,7 @@ def test_reward_sound_reports_the_reviewed_labels_and_names_their_files(tmp_path
     summary = materialize(settings, "reward_audit")
     assert summary.success, summary.failures
     metadata = summary.assets[0].metadata
-    assert metadata["reviewed_rows"] == 2
+    assert metadata["reviewed_rows"] == 4
     assert str(seeds / "audit" / "review" / "reward" / "ana.jsonl") in metadata["label_files"]
-    assert "| reviewed | arithmetic | numeric_answer | 2 | 2 | 2 | 1.0 |" in metadata["agreement_by_source"]
+    assert "| reviewed | arithmetic | numeric_answer | 4 | 4 | 4 | 1.0 |" in metadata["agreement_by_source"]
+    assert metadata["reviewer_agreement"] == ["ana vs bo: 2/2 labels agree, Cohen's kappa 1.00"]
