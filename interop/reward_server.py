@@ -32,12 +32,11 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from core import SeedwheelError
-from core.signals import serve_until_stopped
+from core import SeedwheelError, loopback
+from core.loopback import ConfiguredServer, QuietHandler
 from interop.nemo_gym import DEFAULT_ANSWER_VERIFIER, NemoGymRowError, completion_from_response, row_verifier
 from validators.registry import VerifyContext, spec_problems, verify
 
@@ -135,8 +134,8 @@ def _spec(body: Mapping[str, Any], config: RewardServerConfig) -> dict[str, Any]
     return spec
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _RewardHTTPServer
+class _Handler(QuietHandler):
+    server: ConfiguredServer[RewardServerConfig]
     protocol_version = "HTTP/1.1"  # keep-alive: NeMo Gym sends many requests over one connection
 
     def do_POST(self) -> None:
@@ -177,28 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise RewardRequestError(HTTPStatus.BAD_REQUEST, f"the body is not UTF-8 JSON ({exc})") from None
 
     def _send(self, status: HTTPStatus, payload: Mapping[str, Any]) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("%s %s", self.address_string(), format % args)
-
-
-class _RewardHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, config: RewardServerConfig) -> None:
-        super().__init__((config.host, config.port), _Handler)
-        self.config = config
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        self.send_body(status, json.dumps(payload, ensure_ascii=False).encode("utf-8"), "application/json")
 
 
 def serve(config: RewardServerConfig, *, on_ready: Callable[[str], None] | None = None) -> None:
@@ -213,20 +191,13 @@ def serve(config: RewardServerConfig, *, on_ready: Callable[[str], None] | None 
     Raises:
         RewardServerError: the address cannot be bound (in use, or not this machine's).
     """
-    try:
-        server = _RewardHTTPServer(config)
-    except OSError as exc:
-        raise RewardServerError(
-            f"cannot listen on {config.host}:{config.port} ({exc.strerror})",
-            hint="pick another --port (0: any free one), or stop what holds it",
-        ) from None
 
-    def ready() -> None:
+    def ready(server: ConfiguredServer[RewardServerConfig]) -> None:
         if on_ready is not None:
             on_ready(server.url)
         logger.info("seedwheel reward server at %s%s", server.url, VERIFY_PATH)
 
-    serve_until_stopped(server, "reward server", ready)
+    loopback.serve(config, _Handler, "reward server", RewardServerError, ready)
 
 
 class RewardServerError(SeedwheelError, OSError):

@@ -23,14 +23,13 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from core import SeedwheelError
-from core.signals import serve_until_stopped
+from core import SeedwheelError, loopback
+from core.loopback import ConfiguredServer, QuietHandler
 from review.judging import hand_written_agreement, judge_items, judge_label, save_judge_label
 from review.labels import check_reviewer, load_labels, pairwise_agreement
 from review.queue import complete_item, open_items
@@ -146,8 +145,8 @@ def _reason(body: Mapping[str, Any]) -> str:
     return str(body.get("reason") or "")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _ReviewHTTPServer
+class _Handler(QuietHandler):
+    server: ConfiguredServer[ReviewConfig]
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
@@ -180,28 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8"), "application/json")
 
     def _send(self, status: HTTPStatus, data: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", f"{content_type}; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("%s %s", self.address_string(), format % args)
-
-
-class _ReviewHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, config: ReviewConfig) -> None:
-        super().__init__((config.host, config.port), _Handler)
-        self.config = config
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        self.send_body(status, data, f"{content_type}; charset=utf-8", {"Cache-Control": "no-store"})
 
 
 def serve(config: ReviewConfig, *, on_ready: Callable[[str], None] | None = None) -> None:
@@ -210,11 +188,5 @@ def serve(config: ReviewConfig, *, on_ready: Callable[[str], None] | None = None
     Raises:
         ReviewServerError: the address cannot be bound.
     """
-    try:
-        server = _ReviewHTTPServer(config)
-    except OSError as exc:
-        raise ReviewServerError(
-            f"cannot listen on {config.host}:{config.port} ({exc.strerror})",
-            hint="pick another --port (0: any free one), or stop what holds it",
-        ) from None
-    serve_until_stopped(server, "review page", None if on_ready is None else lambda: on_ready(server.url))
+    ready = None if on_ready is None else lambda server: on_ready(server.url)
+    loopback.serve(config, _Handler, "review page", ReviewServerError, ready)
