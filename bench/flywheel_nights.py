@@ -29,14 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from curation.splits import hash_sample  # noqa: E402
+from pipeline.promoted import current_policy  # noqa: E402
 from pipeline.settings import Settings  # noqa: E402
-from pipeline.simulate import (  # noqa: E402
-    SimulationConfig,
-    deployed_model,
-    held_out_pool,
-    serve,
-    simulate,
-)
+from pipeline.simulate import SimulationConfig, held_out_pool, serve, simulate  # noqa: E402
 from simulation import model_label  # noqa: E402
 from training.stats import compare  # noqa: E402
 
@@ -93,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         settings, config, echo=lambda line: print(line, flush=True), progress=quiet_progress, resources=args.resources
     )
     nights_s = time.monotonic() - started
-    first, last = records[0]["model_path"], deployed_model(settings)
+    first, last = records[0]["model_path"], current_policy(settings)
     pool = held_out_pool(settings)
     held_out = [pool[i] for i in hash_sample(pool, args.held_out, HELD_OUT_SALT)]
     print(f"serving {len(held_out)} held-out requests with {model_label(first)} and {model_label(last)}", flush=True)

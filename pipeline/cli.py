@@ -960,12 +960,14 @@ def reward_server(host: str, port: int, tasks: Path | None, answer_verifier: str
 
 
 def _review_home(home: str | None) -> tuple[Settings, Path]:
-    """Settings and the storage root as a local folder (the review page reads and writes files there)."""
+    """Settings and the storage root as a local folder (the review page reads and writes files there); an
+    object-store root ends the command with one line that says what to copy where."""
+    from review.sampling import local_root
+
     settings = Settings.from_env(home=home)
-    if not isinstance(settings.home, Path):
-        raise click.UsageError(f"--home {settings.home}: the review page needs a local storage root (a folder)")
+    root = local_root(settings.home)
     settings.register_verifier_plugins()
-    return settings, settings.home
+    return settings, root
 
 
 @main.group(invoke_without_command=True)
@@ -1012,14 +1014,15 @@ def review(ctx: click.Context, host: str, port: int, judge_model: str, home: str
 def review_sample(count: int, model: str | None, seed: int, max_tokens: int, home: str | None) -> None:
     """Sample real outputs of the current policy on training tasks, verify each, attach the judge's verdict, and
     store them for the review page (<home>/review/outputs.jsonl)."""
-    from langmodels.models import bundled_model
-    from review.sampling import current_policy, judge_verdicts, sample_outputs, training_tasks, write_outputs
+    from pipeline.promoted import current_policy
+    from resources import StorageRoot
+    from review.sampling import judge_verdicts, sample_outputs, training_tasks, write_outputs
     from validators.registry import VerifyContext
 
     settings, root = _review_home(home)
     tasks = training_tasks(root)
-    if model is None:
-        model = current_policy(root, settings.base_model or str(bundled_model(settings.models_dir)))
+    if model is None:  # as the pipeline finds it: the promotion record's file, or its table in the database
+        model = StorageRoot(root=str(root)).model_dir(current_policy(settings))
     click.echo(f"seedwheel review sample: {count} outputs of {model}", err=True)
     records = sample_outputs(
         model,

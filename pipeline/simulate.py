@@ -35,9 +35,10 @@ from failures.traffic import ALL
 from pipeline.definitions import build_definitions
 from pipeline.instance import open_instance
 from pipeline.profiles import profile_resources
+from pipeline.promoted import current_policy
 from pipeline.runs import RunSummary, materialize
 from pipeline.settings import Settings
-from resources import FailureInbox, LLMEndpoint, PromotionGate, SeedRepository, StorageRoot, TrainingPolicy
+from resources import FailureInbox, LLMEndpoint, SeedRepository
 from simulation import build_pool, draw, is_held_out, model_label, serve_night
 from validators.tasks import TASK_FIELDS
 
@@ -150,7 +151,7 @@ def _night(
     progress: Progress,
     overrides: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    served = deployed_model(settings)
+    served = current_policy(settings)  # the model the app serves
     label = model_label(served)
 
     known = _stored_ids(settings.home)
@@ -178,14 +179,6 @@ def _night(
         _check(materialize(settings, logs, resources=overrides, partition=partition), partition)
     summary = _check(materialize(settings, resources=overrides, job="flywheel_job"), "flywheel_job")
     return _record(settings.home, night, served, name, summary)
-
-
-def deployed_model(settings: Settings) -> str:
-    """The model the app serves: the promotion record's current model, else the base model."""
-    resources = profile_resources(settings).resources()
-    training: TrainingPolicy = resources["training"]
-    gate: PromotionGate = resources["gate"]
-    return gate.registry(StorageRoot(root=str(settings.home)).state()).baseline(training.model())
 
 
 def serve(

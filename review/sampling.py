@@ -1,12 +1,13 @@
 """Real outputs to review: the current policy answers training tasks through the local model server, and each
 answer is verified and shown with the judge's verdict on its task.
 
-The current policy is the promoted model (`<home>/promotion/promoted.json`) or, before any promotion, the base
-model the caller names. `sample_outputs` picks `n` non-episode training tasks (families in turn, each family's
-tasks in a stable hashed order), starts `langmodels.launcher.ModelServer` for the model on loopback, asks for one
-completion per task through `langmodels.client.LLMClient` (no call cache: a review wants fresh outputs), verifies each
-with the task's own verifier and attaches the judge's verdict on the task where `judged_tasks` has one. The batch
-is stored at `<home>/review/outputs.jsonl` (the latest batch; labels keep their own copy of what they judged).
+The current policy (the promoted model, else the base model) is the caller's to name, found as the pipeline finds
+it (`pipeline.promoted.current_policy`: the promotion record in its file or in the production database).
+`sample_outputs` picks `n` non-episode training tasks (families in turn, each family's tasks in a stable hashed
+order), starts `langmodels.launcher.ModelServer` for the model on loopback, asks for one completion per task through
+`langmodels.client.LLMClient` (no call cache: a review wants fresh outputs), verifies each with the task's own
+verifier and attaches the judge's verdict on the task where `judged_tasks` has one. The batch is stored at
+`<home>/review/outputs.jsonl` (the latest batch; labels keep their own copy of what they judged).
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from core import SeedwheelError
+from core.folders import is_remote
 from core.tables import read_table, write_jsonl
 from langmodels.client import LLMClient, Progress
 from langmodels.launcher import LOCAL_REQUEST_TIMEOUT_S, ModelServer
 from langmodels.types import ChatRequest, EndpointConfig
 from review.labels import now
 from training.evaluation import is_episode
-from training.promotion import PromotionRegistry
 from validators.registry import REGISTRY, VerifyContext, verify
 
 logger = logging.getLogger(__name__)
@@ -46,9 +48,20 @@ def outputs_path(home: Path) -> Path:
     return Path(home) / REVIEW_FOLDER / OUTPUTS_FILE
 
 
-def current_policy(home: Path, base_model: str) -> str:
-    """The promoted model recorded under `home`, else `base_model` (nothing promoted yet)."""
-    return PromotionRegistry(Path(home) / "promotion" / "promoted.json").baseline(base_model)
+def local_root(home: str | os.PathLike[str]) -> Path:
+    """The storage root as the local folder the review reads and writes; an object-store root is refused.
+
+    Raises:
+        ReviewInputError: `home` is an object-store URL; the message says what to copy where instead.
+    """
+    if is_remote(home):
+        url = str(home).rstrip("/")
+        raise ReviewInputError(
+            f"--home {url} is an object store; the review page and review sample read and write a local folder",
+            hint=f"copy {url}/{{train_tasks,judged_tasks,judge_calibration,review_queue}}.parquet into a folder "
+            "and pass --home FOLDER",
+        )
+    return Path(home)
 
 
 def training_tasks(home: Path) -> list[dict[str, Any]]:

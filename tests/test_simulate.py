@@ -16,8 +16,9 @@ import pytest
 from core.tables import read_table, records_from_frame
 from failures import wilson_interval
 from pipeline.profiles import profile_resources
+from pipeline.promoted import current_policy
 from pipeline.settings import Settings
-from pipeline.simulate import NIGHT_COLUMNS, SimulationConfig, deployed_model, held_out_pool
+from pipeline.simulate import NIGHT_COLUMNS, SimulationConfig, held_out_pool
 from pipeline.simulate import simulate as run_nights
 from resources import StorageRoot
 from simulation import is_held_out
@@ -82,7 +83,7 @@ def test_two_nights_close_the_loop_through_the_inbox(settings: Settings, tmp_pat
     second = simulate(settings)
     nights = [json.loads(line) for line in (home / "simulation" / "nights.jsonl").read_text().splitlines()]
     assert [n["night"] for n in nights] == [1, 2] and nights[1]["model"] == "grpo-promoted"
-    assert nights[1]["model_path"] == str(promoted) == deployed_model(settings)
+    assert nights[1]["model_path"] == str(promoted) == current_policy(settings)
     assert "night 2: grpo-promoted served 12" in second
     night2_traffic = read_table(home / "production_traffic" / "traffic-night-002.jsonl.parquet")
     assert set(night2_traffic["model"]) == {"grpo-promoted"}
