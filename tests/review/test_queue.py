@@ -27,12 +27,17 @@ LINE = {
 }
 
 
-@pytest.fixture
-def item() -> dict:
+def review_item() -> dict:
+    """LINE's review-queue item, as `failures` derives it (redacted first)."""
     record, _ = redact(parse_failure_log([json.dumps(LINE)]).records[0])
     derived = failure_task(record)
     assert derived.review is not None  # no expected outcome: the failure waits for a person
     return derived.review
+
+
+@pytest.fixture
+def item() -> dict:
+    return review_item()
 
 
 @pytest.fixture
@@ -41,7 +46,8 @@ def seeds(tmp_path: Path) -> Path:
     return tmp_path / "seeds"
 
 
-def _completed(stub: str) -> str:
+def completed(stub: str) -> str:
+    """LINE's seed stub with its TODOs filled in: the expected number and a reference that passes."""
     return stub.replace("TODO: the expected number", "42").replace(
         "TODO: a known-good completion that passes the verifier", "7 boxes of 6 eggs: 7 * 6 = 42\\n#### 42"
     )
@@ -58,7 +64,7 @@ def test_an_incomplete_stub_names_what_is_missing_and_writes_nothing(item: dict,
 
 
 def test_a_completed_item_becomes_a_valid_seed_that_keeps_its_failure_id(item: dict, seeds: Path) -> None:
-    done = complete_item(item, _completed(item["seed_stub"]), seeds)
+    done = complete_item(item, completed(item["seed_stub"]), seeds)
     assert done.ok, done.problems
     assert done.path == seeds / "arithmetic" / "failure-f-42.jsonl"
     loaded = load_seeds([seeds], context=VerifyContext(seeds_dir=seeds))  # what `seedwheel seeds validate` checks
@@ -72,18 +78,18 @@ def test_a_completed_item_leaves_the_queue(item: dict, seeds: Path, tmp_path: Pa
     home = tmp_path / "home"
     write_table(frame_from_records([item, {**item, "failure_id": "f-43"}]), home / "review_queue.parquet")
     assert [i["failure_id"] for i in open_items(home, seeds)] == ["f-42", "f-43"]
-    assert complete_item(item, _completed(item["seed_stub"]), seeds).ok
+    assert complete_item(item, completed(item["seed_stub"]), seeds).ok
     assert [i["failure_id"] for i in open_items(home, seeds)] == ["f-43"]
     assert drop_completed(pd.DataFrame({"failure_id": ["f-42"]}), {"f-42": "x"}).empty
 
 
 def test_a_seed_with_pii_is_refused(item: dict, seeds: Path) -> None:
-    stub = _completed(item["seed_stub"]).replace("#### 42", "mail ann@example.com\\n#### 42")
+    stub = completed(item["seed_stub"]).replace("#### 42", "mail ann@example.com\\n#### 42")
     done = complete_item(item, stub, seeds)
     assert not done.ok and "PII" in done.problems[0] and "1 EMAIL" in done.problems[0]
 
 
 def test_a_wrong_reference_is_named_by_the_seed_checks(item: dict, seeds: Path) -> None:
-    stub = _completed(item["seed_stub"]).replace("#### 42", "#### 41")
+    stub = completed(item["seed_stub"]).replace("#### 42", "#### 41")
     done = complete_item(item, stub, seeds)
     assert not done.ok and "reference" in " ".join(done.problems)
