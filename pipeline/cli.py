@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from pipeline.runs import RunSummary
 
 UI_HOST = "127.0.0.1"
+# The steps whose wall time a run report names, slowest first: where a run spent its minutes.
+SLOWEST_STEPS = 8
 
 
 @contextlib.contextmanager
@@ -125,6 +127,9 @@ def _echo_run(settings: Settings, summary: RunSummary) -> None:
         )
     for name, passed, severity in summary.checks:
         click.echo(f"check {name}: {'passed' if passed else f'failed ({severity})'}")
+    if summary.step_seconds:
+        slowest = sorted(summary.step_seconds.items(), key=lambda item: -item[1])[:SLOWEST_STEPS]
+        click.echo(f"slowest steps: {', '.join(f'{step} {seconds:.0f} s' for step, seconds in slowest)}")
     for failure in summary.failures:
         click.echo(f"step failed: {failure}", err=True)
     for asset in summary.assets:

@@ -46,6 +46,7 @@ class RunSummary:
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
     check_metadata: dict[str, dict[str, object]] = field(default_factory=dict)  # check name -> plain values
     failures: list[str] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)  # step key -> wall time, in the order they ended
 
 
 def materialize(
@@ -119,7 +120,7 @@ def materialize(
                 raise_on_error=False,
                 tags=tags,
             )
-            return _summary(settings, result.run_id, result.success, result.all_events, partition)
+            return _summary(settings, instance, result.run_id, result.success, result.all_events, partition)
         if executor not in ("multiprocess", "celery"):
             raise RunRequestError(f"executor {executor!r}: use in_process, multiprocess or celery")
         if executor == "celery" and not settings.celery_broker:
@@ -147,7 +148,7 @@ def materialize(
                 raise_on_error=False,
             ) as result,
         ):
-            return _summary(settings, result.run_id, result.success, result.all_events, partition)
+            return _summary(settings, instance, result.run_id, result.success, result.all_events, partition)
 
 
 def selected_asset_keys(defs: dg.Definitions, select: str | None, partition: str | None = None) -> list[dg.AssetKey]:
@@ -247,14 +248,27 @@ def run_summary(settings: Settings, run_id: str | None = None) -> RunSummary:
         events = [record.dagster_event for record in instance.all_logs(run.run_id) if record.dagster_event]
         success = run.status == dg.DagsterRunStatus.SUCCESS
         partition = run.tags.get("dagster/partition")
-        return _summary(settings, run.run_id, success, events, partition)
+        return _summary(settings, instance, run.run_id, success, events, partition)
 
 
 def _summary(
-    settings: Settings, run_id: str, success: bool, events: Sequence[dg.DagsterEvent], partition: str | None
+    settings: Settings,
+    instance: dg.DagsterInstance,
+    run_id: str,
+    success: bool,
+    events: Sequence[dg.DagsterEvent],
+    partition: str | None,
 ) -> RunSummary:
-    """What a finished run did, from its events."""
-    summary = RunSummary(run_id=run_id, success=success)
+    """What a finished run did, from its events, and how long each of its steps took, from the instance."""
+    ended = sorted(
+        (stats for stats in instance.get_run_step_stats(run_id) if stats.start_time and stats.end_time),
+        key=lambda stats: stats.end_time or 0,
+    )
+    summary = RunSummary(
+        run_id=run_id,
+        success=success,
+        step_seconds={stats.step_key: (stats.end_time or 0) - (stats.start_time or 0) for stats in ended},
+    )
     for event in events:
         if event.is_step_materialization:
             materialization = event.step_materialization_data.materialization

@@ -23,6 +23,8 @@ def test_a_recorded_run_reads_back_as_it_ran(settings):
     assert ran.success and {a.key for a in ran.assets} == {"seed_tasks", "seed_rejects"} and ran.checks
     assert run_summary(settings) == ran
     assert run_summary(settings, ran.run_id) == ran
+    # Each step's wall time, from the instance's step stats: the seed loading step and its checks.
+    assert ran.step_seconds and all(seconds >= 0 for seconds in ran.step_seconds.values())
 
 
 def test_the_latest_run_of_the_graph_skips_partition_runs(settings):
@@ -55,6 +57,8 @@ def test_report_prints_the_last_run_as_seedwheel_run_did(settings):
     seed_rows = next(a.rows for a in ran.assets if a.key == "seed_tasks")
     assert any(line.split()[:2] == ["seed_tasks", str(seed_rows)] for line in lines)
     assert any(line.startswith("check ") and line.endswith(": passed") for line in lines)
+    [slowest] = [line for line in lines if line.startswith("slowest steps: ")]
+    assert all(step in slowest for step in ran.step_seconds) and slowest.endswith(" s")
     missing = CliRunner().invoke(main, ["report", "no-such-run"], env=settings.environ())
     assert missing.exit_code == 1 and "no run no-such-run" in missing.output
 
