@@ -16,7 +16,12 @@ same system message for every task; seed tasks of every family in turn as the da
 list with short questions), answers of 16 tokens. First with prefix sharing off (`prefix_cache_entries=0`, every
 prompt prefilled whole) and one padded prefill per batch (`prefill_padding=None`), then with prefix sharing, then
 with rows of very different lengths also prefilled apart (the engine's default); the speedups are their ratios,
-measured in this run. Prints a table, then every figure as one JSON object on the last line.
+measured in this run.
+
+The decode-room cases measure the decode loop over long prompts: 16 rows of judge requests (about 1.1k tokens
+each) that all run to `--max-tokens`, first with every step concatenating onto the KV cache (`decode_room=None`,
+the baseline), then writing into room reserved after the prompt (the engine's default); the speedup is their
+ratio. Prints a table, then every figure as one JSON object on the last line.
 """
 
 from __future__ import annotations
@@ -36,11 +41,18 @@ import torch  # noqa: E402
 
 from judge.prompt import judge_messages  # noqa: E402
 from judge.rubric import DEFAULT_RUBRIC  # noqa: E402
-from langmodels.generation import PREFILL_PADDING, PREFIX_CACHE_ENTRIES, Engine, GenerationRequest  # noqa: E402
+from langmodels.generation import (  # noqa: E402
+    DECODE_ROOM,
+    PREFILL_PADDING,
+    PREFIX_CACHE_ENTRIES,
+    Engine,
+    GenerationRequest,
+)
 from langmodels.models import bundled_model  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
 
 JUDGE_BATCH = 8
+ROOM_BATCH = 16  # rows of the decode-room cases: the gate's and the difficulty profile's batch
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 SCHEMA = {
@@ -97,6 +109,32 @@ def generate_case(engine: Engine, rows: int, max_tokens: int, repeats: int) -> d
     return best
 
 
+def mixed_seed_tasks(count: int) -> list[dict[str, Any]]:
+    """`count` seed tasks, the families in turn (a long tool list next to a short question)."""
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    for task in load_seeds([REPO / "seeds"]).tasks:
+        by_family.setdefault(task["family"], []).append(task)
+    mixed = [task for group in itertools.zip_longest(*by_family.values()) for task in group if task is not None]
+    return mixed[:count]
+
+
+def room_case(engine: Engine, decode_room: int | None, max_tokens: int, repeats: int) -> dict[str, Any]:
+    """16 judge requests decoded to `max_tokens` each, with or without room reserved for the decode steps."""
+    engine = Engine(engine.model, engine.tokenizer, decode_room=decode_room)
+    prompts = [engine.prompt_ids(judge_messages(task, DEFAULT_RUBRIC)) for task in mixed_seed_tasks(ROOM_BATCH)]
+    batch = [GenerationRequest(p, max_tokens=max_tokens, temperature=1.0, seed=0) for p in prompts]
+    stop_ids, engine.stop_ids = engine.stop_ids, frozenset()  # no EOS: every row runs to max_tokens
+    best: dict[str, Any] = {}
+    for attempt in range(repeats + 1):
+        started = time.perf_counter()
+        tokens = sum(result.completion_tokens for result in engine.generate(batch))
+        elapsed = time.perf_counter() - started
+        if attempt and tokens / elapsed > best.get("tokens_per_s", 0):  # attempt 0 warms up
+            best = {"tokens": tokens, "seconds": round(elapsed, 2), "tokens_per_s": round(tokens / elapsed, 1)}
+    engine.stop_ids = stop_ids
+    return {**best, "prompt_tokens": round(sum(map(len, prompts)) / len(prompts))}
+
+
 def judge_case(
     engine: Engine, prefix_cache_entries: int, prefill_padding: int | None, max_tokens: int, repeats: int
 ) -> dict[str, Any]:
@@ -104,11 +142,7 @@ def judge_case(
     engine = Engine(
         engine.model, engine.tokenizer, prefix_cache_entries=prefix_cache_entries, prefill_padding=prefill_padding
     )
-    by_family: dict[str, list[dict[str, Any]]] = {}
-    for task in load_seeds([REPO / "seeds"]).tasks:
-        by_family.setdefault(task["family"], []).append(task)
-    mixed = [task for group in itertools.zip_longest(*by_family.values()) for task in group if task is not None]
-    tasks = mixed[: JUDGE_BATCH * (repeats + 1)]
+    tasks = mixed_seed_tasks(JUDGE_BATCH * (repeats + 1))
     prompts = [engine.prompt_ids(judge_messages(task, DEFAULT_RUBRIC)) for task in tasks]
     started = time.perf_counter()
     cached = prompt_tokens = 0
@@ -145,6 +179,12 @@ def main() -> None:
             name = f"engine_{'json_schema' if constrained else 'free'}_x{rows}"
             figures[name] = engine_case(engine, rows, args.max_tokens, constrained, args.repeats)
         figures[f"hf_generate_free_x{rows}"] = generate_case(engine, rows, args.max_tokens, args.repeats)
+    figures[f"long_prompts_concatenated_x{ROOM_BATCH}"] = room_case(engine, None, args.max_tokens, args.repeats)
+    figures[f"long_prompts_decode_room_x{ROOM_BATCH}"] = room_case(engine, DECODE_ROOM, args.max_tokens, args.repeats)
+    room_speedup = (
+        figures[f"long_prompts_decode_room_x{ROOM_BATCH}"]["tokens_per_s"]
+        / figures[f"long_prompts_concatenated_x{ROOM_BATCH}"]["tokens_per_s"]
+    )
     judge = {
         "judge_baseline": judge_case(engine, 0, None, 16, args.repeats),
         "judge_prefix_sharing": judge_case(engine, PREFIX_CACHE_ENTRIES, None, 16, args.repeats),
@@ -164,7 +204,12 @@ def main() -> None:
             f"{row['seconds']:>8} {row['requests_per_s']:>6}"
         )
     print(f"prefix sharing speedup: {prefix_speedup:.2f}x; grouped prefill on top of it: {grouping_speedup:.2f}x")
-    speedups = {"judge_prefix_speedup": round(prefix_speedup, 2), "judge_grouping_speedup": round(grouping_speedup, 2)}
+    print(f"decode room over long prompts: {room_speedup:.2f}x")
+    speedups = {
+        "judge_prefix_speedup": round(prefix_speedup, 2),
+        "judge_grouping_speedup": round(grouping_speedup, 2),
+        "decode_room_speedup": round(room_speedup, 2),
+    }
     print(json.dumps({**figures, **judge, **speedups}))
 
 

@@ -17,6 +17,10 @@ prefilled in groups of similar length, longest first, and their KV caches are th
 for the decode loop: a short row does not pay to prefill the padding a long one would give it. The padding
 positions are zeros that the mask hides, so the joined cache equals one prefilled as a single padded batch.
 
+The decode loop writes each step's keys and values into room reserved after the prompt (`_RoomyLayer`), in
+chunks of `DECODE_ROOM` tokens (`Engine.decode_room`), where a plain `DynamicCache` concatenates and so copies
+the whole cache every step: with long prompts that copy costs as much as reading the weights.
+
 Structured outputs use llguidance: a JSON Schema (or "any JSON object") is compiled once into a grammar and each
 constrained row gets a matcher over it. Before every sampling step the matcher's allowed-token bitmask sets all
 other logits to -inf; the sampled token is then consumed by the matcher, and the row ends when the matcher is
@@ -53,6 +57,7 @@ import llguidance
 import llguidance.hf
 import llguidance.torch
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from core import SeedwheelError
 
@@ -82,6 +87,8 @@ PREFIX_CACHE_ENTRIES = 4
 # A row joins the prefill group of the longer rows before it while its padding there is at most this many tokens,
 # about what one more forward call costs on CPU; a longer gap starts a new group (`prefill_groups`).
 PREFILL_PADDING = 32
+# Tokens of room reserved at a time for decode steps' keys and values: one copy of the cache per this many steps.
+DECODE_ROOM = 256
 
 
 class InvalidGenerationRequest(SeedwheelError, ValueError):
@@ -186,6 +193,8 @@ class Engine:
         prefill_padding: Most padding tokens a row is prefilled with in a group of longer rows (see
             `prefill_groups`); None prefills a batch as one group padded to its longest row (the baseline).
             Models with sliding-window layers always take one group.
+        decode_room: Tokens of room reserved at a time after the prompt for the decode steps' keys and values
+            (`_RoomyLayer`); None lets every step concatenate onto the cache, copying it (the baseline).
 
     Raises:
         ValueError: The tokenizer has no chat template, or is not a fast tokenizer (llguidance needs one).
@@ -202,6 +211,7 @@ class Engine:
         *,
         prefix_cache_entries: int = PREFIX_CACHE_ENTRIES,
         prefill_padding: int | None = PREFILL_PADDING,
+        decode_room: int | None = DECODE_ROOM,
     ) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
@@ -235,6 +245,7 @@ class Engine:
         self._prefixes: OrderedDict[tuple[int, ...], DynamicCache] = OrderedDict()
         # Joining group caches pads their middle; a sliding-window layer keeps only its window, so it cannot be.
         self.prefill_padding = None if _has_sliding_layers(model) else prefill_padding
+        self.decode_room = decode_room
 
     @classmethod
     def load(cls, model: str, *, device: str = "cpu") -> Engine:
@@ -429,6 +440,8 @@ class Engine:
         place = {request: k for k, request in enumerate(i for group in groups for i in group)}
         expand = torch.tensor([place[row.request] for row in rows], device=self.device)
         cache.batch_select_indices(expand)
+        if self.decode_room is not None:
+            _reserve_room(cache, min(max(row.max_tokens for row in rows), self.decode_room))
         logits = logits[expand]
         attention = attention[[row.request for row in rows]]
         # Positions count real tokens only: the next one is the prompt's length.
@@ -683,6 +696,55 @@ def _join_caches(caches: Sequence[DynamicCache], offset: int, width: int, config
         values = torch.cat([padded(value) for _, value in states])
         layers.append((keys, values))
     return DynamicCache(layers, config=config)
+
+
+class _RoomyLayer(DynamicLayer):
+    """A filled attention layer's KV cache with room after it: a decode step writes its keys and values in place.
+
+    transformers' `DynamicLayer` concatenates every step instead. `keys` and `values` are views of the filled part
+    of the buffers, so everything that reads them (the attention, the sizes the mask asks for) is `DynamicLayer`'s.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
+        super().__init__()
+        self.device, self.is_initialized = keys.device, True
+        self.length, self.room = keys.shape[2], room
+        self._keys, self._values = self._grown(keys), self._grown(values)
+        self._view()
+
+    def _grown(self, states: torch.Tensor) -> torch.Tensor:
+        buffer = states.new_empty((*states.shape[:2], self.length + self.room, states.shape[3]))
+        buffer[:, :, : self.length] = states[:, :, : self.length]
+        return buffer
+
+    def _view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
+        return self.keys, self.values
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + key_states.shape[2]
+        if end > self._keys.shape[2]:
+            self._keys, self._values = self._grown(self._keys), self._grown(self._values)
+        self._keys[:, :, self.length : end] = key_states
+        self._values[:, :, self.length : end] = value_states
+        self.length = end
+        return self._view()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._keys, self._values = self._keys[indices], self._values[indices]
+        self._view()
+
+
+def _reserve_room(cache: DynamicCache, room: int) -> None:
+    """Give each plain attention layer of a filled cache room for `room` decode steps (`_RoomyLayer`), in place."""
+    cache.layers = [
+        _RoomyLayer(layer.keys, layer.values, room)
+        if type(layer) is DynamicLayer and layer.keys is not None and layer.values is not None
+        else layer
+        for layer in cache.layers
+    ]
 
 
 def _attention_states(layer: object) -> tuple[torch.Tensor, torch.Tensor]:

@@ -188,6 +188,22 @@ def test_rows_of_very_different_lengths_are_prefilled_apart_and_joined_with_the_
         assert set(texts(result)) == {transformers_greedy(engine, prompt, 10)}
 
 
+@pytest.mark.slow
+def test_decode_steps_outgrowing_their_reserved_room_still_answer_as_transformers_does(
+    real_engine: Engine,
+) -> None:
+    # Room for 3 tokens at a time: 12 new tokens grow each layer's buffers 4 times, and rows that finish early
+    # leave the batch between growths.
+    engine = Engine(real_engine.model, real_engine.tokenizer, prefix_cache_entries=0, decode_room=3)
+    questions = ["Name a fruit.", "Say hi.", "How many legs does a spider have? Explain in one sentence."]
+    prompts = [engine.prompt_ids([{"role": "user", "content": q}]) for q in questions]
+    results = engine.generate(
+        [GenerationRequest(p, max_tokens=4 * i + 4, temperature=0) for i, p in enumerate(prompts)]
+    )
+    for i, (prompt, result) in enumerate(zip(prompts, results, strict=True)):
+        assert texts(result) == [transformers_greedy(engine, prompt, 4 * i + 4)]
+
+
 def test_prefill_groups_keep_rows_within_the_padding_allowance_longest_first() -> None:
     assert prefill_groups([900, 40, 880, 30, 5], 32) == [[0, 2], [1, 3], [4]]
     assert prefill_groups([7, 7, 7], 0) == [[0, 1, 2]]
