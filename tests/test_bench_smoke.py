@@ -54,6 +54,7 @@ SMOKES = {
     "bench_llm_client.py": Smoke(("--quick", "--latency-ms", "20", "--cache-entries", "1000"), verdict="passed"),
     "bench_local_server.py": help_only("3 judge cases of 16 long prompts: 4 minutes on the tiny model"),
     "bench_plan_throughput.py": Smoke(("--model", TINY_MODEL, "--batch", "2", "--new-tokens", "4", "--repeats", "1")),
+    "bench_sft_loss.py": Smoke(("--model", TINY_MODEL, "--steps", "1", "--batch", "2", "--repeats", "1")),
     "bench_shards.py": help_only("three Dagster runs through the multiprocess executor: minutes at any size"),
     "bench_verifiers.py": Smoke(("--quick", "--batch", "8")),
     "bfcl_agreement.py": Smoke(("--categories", "simple_python"), bfcl=True),
@@ -63,9 +64,9 @@ SMOKES = {
     "math_agreement.py": Smoke(("--limit", "5"), verdict="met", gsm8k=True),
     "measure_dedup_recall.py": Smoke(("--limit", "100"), verdict="pass", gsm8k=True),
 }
-# Slower than the fast tier's 10 s: importing torch and transformers alone takes most of it on 2 cores; one of
+# Slower than the fast tier's 10 s: importing torch, transformers and TRL takes most of it on 2 cores; one of
 # NeMo Gym's math rollouts compares two expressions in (2 + sqrt 3)^2016 symbolically (~9 s).
-SLOW = {"bench_local_server.py", "bench_plan_throughput.py", "math_agreement.py"}
+SLOW = {"bench_local_server.py", "bench_plan_throughput.py", "bench_sft_loss.py", "math_agreement.py"}
 
 
 def run_bench(script: str, args: list[str]) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,67 @@
+"""The warm-up's loss projects only the answer's positions through the output layer (`training.answer_loss`): the
+same loss and gradients as TRL's own, with the output layer run on the answer's tokens alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from trl import SFTConfig, SFTTrainer
+
+from training.answer_loss import AnswerLossSFTTrainer
+from training.episodes import assistant_tokens
+from training.grpo import runtime_defaults
+from training.tiny_model import load_policy
+
+CHATS = [
+    ([{"role": "user", "content": "What is 2 + 3? Answer with #### and the number. " * 4}], "#### 5"),
+    ([{"role": "user", "content": "Name a colour."}], "Blue, the colour of a clear sky."),
+]
+
+
+def trainer(cls: type[SFTTrainer], model_dir: Path, out: Path) -> SFTTrainer:
+    model, tokenizer = load_policy(model_dir)
+    rows = []
+    for prompt, answer in CHATS:
+        ids, mask = assistant_tokens(tokenizer, prompt, [{"role": "assistant", "content": answer}])
+        rows.append({"input_ids": ids, "completion_mask": mask})
+    config = SFTConfig(
+        **runtime_defaults(prefer_vllm=False),
+        output_dir=str(out),
+        per_device_train_batch_size=2,
+        padding_free=True,
+        max_length=None,
+        completion_only_loss=True,
+    )
+    return cls(model=model, args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+
+
+def test_the_answer_only_loss_and_its_gradients_are_trls(tiny_model_dir: Path, tmp_path: Path) -> None:
+    ours, theirs = (
+        trainer(cls, tiny_model_dir, tmp_path / cls.__name__) for cls in (AnswerLossSFTTrainer, SFTTrainer)
+    )
+    batch = next(iter(ours.get_train_dataloader()))
+    answer_tokens = int((batch["labels"][:, 1:] != -100).sum())
+    assert 0 < answer_tokens < batch["input_ids"].shape[1] // 2  # most positions are the prompts'
+    projected: list[int] = []
+    head = ours.model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda _m, args, _out: projected.append(args[0].shape[0]))
+    losses, grads = [], []
+    for run in (ours, theirs):
+        run.model.train()
+        run.model.zero_grad()
+        loss = run.compute_loss(
+            run.model, {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        )
+        loss.backward()
+        losses.append(float(loss))
+        grads.append(torch.cat([p.grad.flatten() for p in run.model.parameters() if p.grad is not None]))
+    hook.remove()
+    assert projected == [answer_tokens]  # the output layer saw the answer's positions, and nothing else
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+    # TRL's own metrics, as its loss logs them.
+    for name in ("mean_token_accuracy", "entropy", "num_tokens"):
+        assert ours._metrics["train"][name] == pytest.approx(theirs._metrics["train"][name], rel=1e-4), name
