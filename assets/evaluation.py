@@ -16,7 +16,7 @@ from assets.metadata import markdown_table, preview, tracking_metadata
 from assets.plots import bar_chart
 from curation.manifests import split_epochs
 from resources import CHECKPOINTS_FOLDER, ExperimentTracking, PromotionGate, SeedRepository, StorageRoot
-from training.evaluation import EvalTaskCounts, SampledVerdicts, eval_task_counts
+from training.evaluation import EvalTaskCounts, eval_task_counts
 from training.gate_eval import (
     FAMILY_COLUMNS,
     EvalTable,
@@ -25,6 +25,7 @@ from training.gate_eval import (
     failure_report,
     paired_comparison,
     role_models,
+    sample_roles,
 )
 from training.promotion import PromotionDecision, compared_models, decide, decision_line, promotion_record
 from training.stats import Comparison
@@ -54,10 +55,9 @@ def checkpoint_eval(
     counts = eval_task_counts(tasks, failure_ids)
     models = compared_models(grpo_checkpoint, gate.registry(storage.state()))
     plan = f"{gate.samples} samples on each of {len(tasks)} eval tasks ({counts['episode_tasks']} episodes)"
-    sampled: dict[str, SampledVerdicts] = {}
-    for role, model in models.items():
-        context.log.info(f"{role} {model}: {plan}")
-        sampled[role] = gate.play(storage.model_dir(model), tasks, seeds.verify_context())
+    context.log.info(f"baseline {models['baseline']}, candidate {models['candidate']}: {plan}")
+    verify = seeds.verify_context()
+    sampled = sample_roles(models, lambda model: gate.play(storage.model_dir(model), tasks, verify), context.log.info)
     table = eval_table(sampled, models, failure_ids, samples=gate.samples, seed=gate.seed)
     # Into the MLflow run that trained the candidate (found by its checkpoint), beside its training curves.
     run = log_evaluation(tracking.config(), models["candidate"], models["baseline"], table)
@@ -79,7 +79,7 @@ def promotion(
     models = role_models(checkpoint_eval)
     with storage.folder(CHECKPOINTS_FOLDER) as folder:  # the manifests, not the weights
         epochs = split_epochs(folder, models)
-    decision = decide(comparison, gate.policy(), split_epochs=epochs)
+    decision = decide(comparison, gate.policy(), split_epochs=epochs, models=models)
     registry = gate.registry(storage.state())
     if decision.promote:
         registry.promote(models["candidate"], run_id=context.run.run_id, numbers=decision.numbers)

@@ -9,7 +9,7 @@ Every row counts alike: an episode's verdict is one sample's.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -77,6 +77,32 @@ class EvalTable:
     def candidate_failures(self) -> pd.DataFrame:
         """The candidate's rows that did not pass."""
         return self.rows[(self.rows["role"] == "candidate") & ~self.rows["passed"].astype(bool)]
+
+
+def sample_roles(
+    models: Mapping[str, str], play: Callable[[str], SampledVerdicts], log: Callable[[str], object]
+) -> dict[str, SampledVerdicts]:
+    """Each role's model played once (`play(model)`), in role order.
+
+    A candidate that is the baseline itself (a night whose data and recipe were those of the run that made the
+    promoted model, so every training step was reused) takes the baseline's verdicts: sampling it again, with
+    the same seeds, would give the same completions at the cost of a second evaluation.
+
+    Example:
+        >>> sample_roles({"baseline": "m", "candidate": "m"}, play, print)  # doctest: +SKIP
+        baseline m: sampled
+        candidate m is the baseline itself: the baseline's verdicts
+    """
+    sampled: dict[str, SampledVerdicts] = {}
+    for role, model in models.items():
+        same = next((earlier for earlier, other in models.items() if other == model and earlier in sampled), None)
+        if same is not None:
+            log(f"{role} {model} is the {same} itself: the {same}'s verdicts")
+            sampled[role] = sampled[same]
+        else:
+            sampled[role] = play(model)
+            log(f"{role} {model}: sampled")
+    return sampled
 
 
 def eval_table(

@@ -147,6 +147,7 @@ def decide(
     policy: PromotionPolicy | None = None,
     *,
     split_epochs: Mapping[str, int | None] | None = None,
+    models: Mapping[str, str] | None = None,
 ) -> PromotionDecision:
     """Apply the promotion rules to a paired comparison.
 
@@ -155,6 +156,8 @@ def decide(
         policy: the thresholds; the defaults when None.
         split_epochs: `{"baseline": epoch, "candidate": epoch}`, the split epoch each was trained under (None:
             not a trained checkpoint, e.g. the base model); rule 4.
+        models: `{"baseline": model, "candidate": model}`; a candidate that is the baseline itself (a run that
+            trained nothing new, every step reused) is never promoted, and the reasons say so first.
 
     Returns:
         A `PromotionDecision`. `reasons` has one line per rule, passing ones too, e.g.
@@ -172,6 +175,12 @@ def decide(
     policy = policy or PromotionPolicy()
     reasons: list[str] = []
     blocked = False
+    if models is not None and models["candidate"] == models["baseline"]:
+        blocked = True
+        reasons.append(
+            f"the candidate is the baseline itself ({models['candidate']}): this run trained nothing new, its "
+            "training data and recipe being those of the run that made the baseline, so every step was reused"
+        )
 
     if comparison.tasks < policy.min_tasks:
         blocked = True

@@ -13,6 +13,7 @@ from training.gate_eval import (
     paired_comparison,
     role_models,
     role_verdicts,
+    sample_roles,
 )
 from training.stats import EvaluationError
 
@@ -166,3 +167,18 @@ def test_role_models_refuse_a_table_without_both_roles():
     rows = pd.DataFrame({"role": ["candidate"], "model": ["ckpt/run-1"]})
     with pytest.raises(KeyError):
         role_models(rows)
+
+
+def test_a_candidate_that_is_the_baseline_itself_is_sampled_once() -> None:
+    played: list[str] = []
+
+    def play(model: str) -> SampledVerdicts:
+        played.append(model)
+        return SampledVerdicts({f"{model}-task": [True]}, {f"{model}-task": "sql"}, rows=[])
+
+    said: list[str] = []
+    same = sample_roles({"baseline": "grpo/a", "candidate": "grpo/a"}, play, said.append)
+    assert played == ["grpo/a"] and same["candidate"] is same["baseline"]
+    assert said[-1] == "candidate grpo/a is the baseline itself: the baseline's verdicts"
+    apart = sample_roles({"baseline": "base", "candidate": "grpo/a"}, play, said.append)
+    assert played == ["grpo/a", "base", "grpo/a"] and apart["candidate"] is not apart["baseline"]

@@ -126,6 +126,14 @@ def test_the_gate_refuses_to_compare_across_a_resplit(epochs, promote) -> None:
     assert any("re-split lies between them" in reason for reason in decision.reasons) is not promote
 
 
+def test_a_candidate_that_is_the_baseline_itself_is_never_promoted_and_the_reasons_say_why() -> None:
+    better = fixed_comparison(Estimate(0.1, 0.02, 0.2))  # numbers that would promote another model
+    assert decide(better, models={"baseline": "grpo/a", "candidate": "grpo/b"}).promote
+    same = decide(better, models={"baseline": "grpo/a", "candidate": "grpo/a"})
+    assert not same.promote
+    assert same.reasons[0].startswith("the candidate is the baseline itself (grpo/a): this run trained nothing new")
+
+
 @pytest.mark.parametrize(
     ("sql_difference", "policy", "promote", "family_reason"),
     [
