@@ -56,7 +56,7 @@ def test_the_answer_only_loss_and_its_gradients_are_trls(tiny_model_dir: Path, t
             run.model, {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         )
         loss.backward()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         grads.append(torch.cat([p.grad.flatten() for p in run.model.parameters() if p.grad is not None]))
     hook.remove()
     assert projected == [answer_tokens]  # the output layer saw the answer's positions, and nothing else
