@@ -57,7 +57,7 @@ import llguidance
 import llguidance.hf
 import llguidance.torch
 import torch
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import CacheLayerMixin, DynamicLayer
 
 from core import SeedwheelError
 
@@ -709,11 +709,12 @@ class _RoomyLayer(DynamicLayer):
         super().__init__()
         self.device, self.is_initialized = keys.device, True
         self.length, self.room = keys.shape[2], room
-        self._keys, self._values = self._grown(keys), self._grown(values)
+        self._keys, self._values = self._grown(keys, self.length), self._grown(values, self.length)
         self._view()
 
-    def _grown(self, states: torch.Tensor) -> torch.Tensor:
-        buffer = states.new_empty((*states.shape[:2], self.length + self.room, states.shape[3]))
+    def _grown(self, states: torch.Tensor, needed: int) -> torch.Tensor:
+        """The filled part of `states` in a new buffer with `room` tokens after `needed`."""
+        buffer = states.new_empty((*states.shape[:2], needed + self.room, states.shape[3]))
         buffer[:, :, : self.length] = states[:, :, : self.length]
         return buffer
 
@@ -726,7 +727,7 @@ class _RoomyLayer(DynamicLayer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         end = self.length + key_states.shape[2]
         if end > self._keys.shape[2]:
-            self._keys, self._values = self._grown(self._keys), self._grown(self._values)
+            self._keys, self._values = self._grown(self._keys, end), self._grown(self._values, end)
         self._keys[:, :, self.length : end] = key_states
         self._values[:, :, self.length : end] = value_states
         self.length = end
@@ -749,8 +750,6 @@ def _reserve_room(cache: DynamicCache, room: int) -> None:
 
 def _attention_states(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
     """A filled attention cache layer's (keys, values): the engine joins the caches of plain attention models."""
-    from transformers.cache_utils import CacheLayerMixin
-
     if isinstance(layer, CacheLayerMixin) and layer.keys is not None and layer.values is not None:
         return layer.keys, layer.values
     raise TypeError(f"cannot join a {type(layer).__name__} cache layer: only filled attention layers")
