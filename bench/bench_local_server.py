@@ -47,6 +47,7 @@ from langmodels.generation import (  # noqa: E402
     PREFIX_CACHE_ENTRIES,
     Engine,
     GenerationRequest,
+    GenerationResult,
 )
 from langmodels.models import bundled_model  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
@@ -67,12 +68,10 @@ SCHEMA = {
 }
 
 
-def engine_case(engine: Engine, rows: int, max_tokens: int, constrained: bool, repeats: int) -> dict[str, Any]:
-    grammar = engine.json_grammar(SCHEMA) if constrained else None
-    stop_ids, engine.stop_ids = engine.stop_ids, frozenset()  # no EOS: every row runs to max_tokens
-    request = GenerationRequest(
-        engine.prompt_ids(PROMPT), n=rows, max_tokens=max_tokens, temperature=1.0, seed=0, grammar=grammar
-    )
+def fastest_run(engine: Engine, request: GenerationRequest, repeats: int) -> tuple[dict[str, Any], GenerationResult]:
+    """The fastest of `repeats` runs of `request` after one warm-up, every row decoded to its `max_tokens` (EOS off),
+    and the last run's result."""
+    stop_ids, engine.stop_ids = engine.stop_ids, frozenset()
     best: dict[str, Any] = {}
     for attempt in range(repeats + 1):
         started = time.perf_counter()
@@ -82,6 +81,15 @@ def engine_case(engine: Engine, rows: int, max_tokens: int, constrained: bool, r
         if attempt and rate > best.get("tokens_per_s", 0):  # attempt 0 warms up
             best = {"tokens": result.completion_tokens, "seconds": round(elapsed, 2), "tokens_per_s": round(rate, 1)}
     engine.stop_ids = stop_ids
+    return best, result
+
+
+def engine_case(engine: Engine, rows: int, max_tokens: int, constrained: bool, repeats: int) -> dict[str, Any]:
+    grammar = engine.json_grammar(SCHEMA) if constrained else None
+    request = GenerationRequest(
+        engine.prompt_ids(PROMPT), n=rows, max_tokens=max_tokens, temperature=1.0, seed=0, grammar=grammar
+    )
+    best, result = fastest_run(engine, request, repeats)
     if constrained:  # cut inside the story: the text so far is the schema's opening
         assert all(c.text.startswith('{"title": "') for c in result.completions), result.completions
     return best
@@ -124,16 +132,7 @@ def room_case(engine: Engine, decode_room: int | None, max_tokens: int, repeats:
     prompts = [engine.prompt_ids(judge_messages(task, DEFAULT_RUBRIC)) for task in mixed_seed_tasks(JUDGE_BATCH)]
     longest = max(prompts, key=len)
     request = GenerationRequest(longest, n=ROOM_BATCH, max_tokens=max_tokens, temperature=1.0, seed=0)
-    stop_ids, engine.stop_ids = engine.stop_ids, frozenset()  # no EOS: every row runs to max_tokens
-    best: dict[str, Any] = {}
-    for attempt in range(repeats + 1):
-        started = time.perf_counter()
-        [result] = engine.generate([request])
-        elapsed = time.perf_counter() - started
-        rate = result.completion_tokens / elapsed
-        if attempt and rate > best.get("tokens_per_s", 0):  # attempt 0 warms up
-            best = {"tokens": result.completion_tokens, "seconds": round(elapsed, 2), "tokens_per_s": round(rate, 1)}
-    engine.stop_ids = stop_ids
+    best, _ = fastest_run(engine, request, repeats)
     return {**best, "prompt_tokens": len(longest)}
 
 
