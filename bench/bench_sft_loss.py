@@ -31,9 +31,8 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 from langmodels.models import bundled_model  # noqa: E402
 from training.answer_loss import AnswerLossSFTTrainer  # noqa: E402
-from training.episodes import assistant_tokens  # noqa: E402
 from training.grpo import runtime_defaults  # noqa: E402
-from training.sft import sft_examples, warm_up_tasks  # noqa: E402
+from training.sft import sft_examples, tokenized_rows, warm_up_tasks  # noqa: E402
 from validators.seeds import load_seeds  # noqa: E402
 
 FAMILIES = ["json_extraction", "tool_call"]  # the quickstart's sft_families
@@ -41,14 +40,8 @@ FAMILIES = ["json_extraction", "tool_call"]  # the quickstart's sft_families
 
 def warm_up_rows(model: str, max_length: int) -> list[dict[str, list[int]]]:
     """The seeds' warm-up examples as the pipeline tokenizes them: ids and the assistant's mask, cut to max_length."""
-    tokenizer = AutoTokenizer.from_pretrained(model)
     examples, _ = sft_examples(warm_up_tasks(load_seeds([REPO / "seeds"]).tasks, FAMILIES))
-    rows = []
-    for example in examples:
-        ids, mask = assistant_tokens(tokenizer, example["prompt"], example["completion"])
-        if any(mask[:max_length]):
-            rows.append({"input_ids": ids[:max_length], "completion_mask": mask[:max_length]})
-    return rows
+    return tokenized_rows(AutoTokenizer.from_pretrained(model), examples, max_length)
 
 
 def train_seconds(

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import SeedwheelError
 from training.checkpoints import (
@@ -59,6 +59,9 @@ from training.episodes import assistant_tokens, chat_messages, reference_turns
 from training.evaluation import is_episode
 from training.tracking import TrackedRun, TrackingConfig, attach_tensorboard, report_to, training_run
 from validators.registry import VerifyContext
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -277,6 +280,19 @@ def imitated_tasks(tasks: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]
     return [task for task in tasks if task.get("reference")]
 
 
+def tokenized_rows(
+    tokenizer: PreTrainedTokenizerBase, examples: Iterable[Mapping[str, Any]], max_length: int
+) -> list[dict[str, list[int]]]:
+    """The examples as TRL trains on them: token ids and the mask of what the assistant wrote, cut to `max_length`
+    tokens; an example whose answer starts after that has nothing left to learn from and is left out."""
+    rows = []
+    for example in examples:
+        ids, mask = assistant_tokens(tokenizer, example["prompt"], example["completion"])
+        if any(mask[:max_length]):
+            rows.append({"input_ids": ids[:max_length], "completion_mask": mask[:max_length]})
+    return rows
+
+
 def run_sft(
     model_path: str | os.PathLike[str],
     tasks: Sequence[Mapping[str, Any]],
@@ -375,11 +391,7 @@ def run_sft(
     model_name = os.fspath(model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     # Tokenized here, with the mask TRL's completion_only_loss applies: only what the assistant wrote is learnt.
-    rows = []
-    for example in examples:
-        ids, mask = assistant_tokens(tokenizer, example["prompt"], example["completion"])
-        if any(mask[: settings.max_length]):
-            rows.append({"input_ids": ids[: settings.max_length], "completion_mask": mask[: settings.max_length]})
+    rows = tokenized_rows(tokenizer, examples, settings.max_length)
     too_long = len(examples) - len(rows)
     if not rows:
         raise SFTDataError(

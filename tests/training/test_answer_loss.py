@@ -11,8 +11,8 @@ from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
 from training.answer_loss import AnswerLossSFTTrainer
-from training.episodes import assistant_tokens
 from training.grpo import runtime_defaults
+from training.sft import tokenized_rows
 from training.tiny_model import load_policy
 
 CHATS = [
@@ -23,10 +23,10 @@ CHATS = [
 
 def trainer(cls: type[SFTTrainer], model_dir: Path, out: Path) -> SFTTrainer:
     model, tokenizer = load_policy(model_dir)
-    rows = []
-    for prompt, answer in CHATS:
-        ids, mask = assistant_tokens(tokenizer, prompt, [{"role": "assistant", "content": answer}])
-        rows.append({"input_ids": ids, "completion_mask": mask})
+    examples = [
+        {"prompt": prompt, "completion": [{"role": "assistant", "content": answer}]} for prompt, answer in CHATS
+    ]
+    rows = tokenized_rows(tokenizer, examples, max_length=4096)
     config = SFTConfig(
         **runtime_defaults(prefer_vllm=False),
         output_dir=str(out),
