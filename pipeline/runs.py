@@ -46,7 +46,7 @@ class RunSummary:
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
     check_metadata: dict[str, dict[str, object]] = field(default_factory=dict)  # check name -> plain values
     failures: list[str] = field(default_factory=list)
-    step_seconds: dict[str, float] = field(default_factory=dict)  # step key -> wall time, in the order they ended
+    step_seconds: dict[str, float] = field(default_factory=dict)  # step key -> its wall time, for the steps that ended
 
 
 def materialize(
@@ -260,15 +260,12 @@ def _summary(
     partition: str | None,
 ) -> RunSummary:
     """What a finished run did, from its events, and how long each of its steps took, from the instance."""
-    ended = sorted(
-        (stats for stats in instance.get_run_step_stats(run_id) if stats.start_time and stats.end_time),
-        key=lambda stats: stats.end_time or 0,
-    )
-    summary = RunSummary(
-        run_id=run_id,
-        success=success,
-        step_seconds={stats.step_key: (stats.end_time or 0) - (stats.start_time or 0) for stats in ended},
-    )
+    step_seconds = {
+        stats.step_key: stats.end_time - stats.start_time
+        for stats in instance.get_run_step_stats(run_id)
+        if stats.start_time is not None and stats.end_time is not None
+    }
+    summary = RunSummary(run_id=run_id, success=success, step_seconds=step_seconds)
     for event in events:
         if event.is_step_materialization:
             materialization = event.step_materialization_data.materialization

@@ -44,13 +44,14 @@ class AnswerLossSFTTrainer(SFTTrainer):
         learnt = targets != IGNORED
         logits = causal_lm.get_output_embeddings()(hidden[learnt]).float()
         learnt_targets = targets[learnt]
-        count = learnt.sum() if num_items_in_batch is None else num_items_in_batch
+        answer_tokens = len(learnt_targets)
+        count = answer_tokens if num_items_in_batch is None else num_items_in_batch
         loss = F.cross_entropy(logits, learnt_targets, reduction="sum") / torch.as_tensor(count).clamp(min=1)
         # The metrics TRL's own loss logs (its bookkeeping: `_metrics`, `_total_train_tokens`), over the same tokens.
         with torch.no_grad():
             log_probs = logits.log_softmax(dim=-1)
             metrics = self._metrics["train"]
-            answer = max(int(learnt.sum()), 1)
+            answer = max(answer_tokens, 1)
             metrics["entropy"].append(float(-(log_probs.exp() * log_probs).sum() / answer))
             metrics["mean_token_accuracy"].append(float((logits.argmax(dim=-1) == learnt_targets).sum() / answer))
             # A padding-free batch is one row of real tokens; a padded one counts its attention mask.
