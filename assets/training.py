@@ -32,6 +32,7 @@ from resources import (
     EXPORT_FOLDER,
     TRAINING_FOLDER,
     ExperimentTracking,
+    PromotionGate,
     SeedRepository,
     StorageRoot,
     TrainingPolicy,
@@ -160,32 +161,36 @@ def sft_checkpoint(
     train_tasks: pd.DataFrame,
     seeds: SeedRepository,
     training: TrainingPolicy,
+    gate: PromotionGate,
     storage: StorageRoot,
     tracking: ExperimentTracking,
 ) -> dg.MaterializeResult[pd.DataFrame]:
-    """The policy GRPO starts from: the base model after an SFT warm-up on the training references (or as is)."""
+    """The policy GRPO starts from: the start model (`start_from`: the base or the promoted one) after an SFT
+    warm-up on the training references (or as is)."""
     base = training.model()
+    start = training.start_model(gate.registry(storage.state()))
     families = training.sft_families
     if not training.sft:
-        return _no_warm_up(base, "sft=False")
+        return _no_warm_up(start, base, "sft=False")
     tasks = warm_up_tasks(records_from_frame(train_tasks[list(TASK_FIELDS)]), families)
     if not tasks:  # none of sft_families is in this split: a night without them still trains
         reason = f"no training task of sft_families {families}"
         context.log.warning(
-            f"SFT skipped: {reason} (the split has {_families(train_tasks['family'])}); GRPO starts from the base"
+            f"SFT skipped: {reason} (the split has {_families(train_tasks['family'])}); GRPO starts from {start}"
         )
-        return _no_warm_up(base, reason)
+        return _no_warm_up(start, base, reason)
     settings = training.sft_settings()
-    run = (TRAINING_FOLDER, "sft", warm_up_digest(base, tasks, settings))
+    run = (TRAINING_FOLDER, "sft", warm_up_digest(start, tasks, settings))
     tracked = tracking.config()
-    result, checkpoint = _warm_up(context, storage, run, base, tasks, settings, seeds.verify_context(), tracked)
+    context.log.info(f"SFT on {len(tasks)} references from {start} (start_from={training.start_from})")
+    result, checkpoint = _warm_up(context, storage, run, start, tasks, settings, seeds.verify_context(), tracked)
     manifest = _record_checkpoint(  # once the run folder is committed: the manifest names a checkpoint that exists
         context,
         storage,
         run,
         result,
         checkpoint=checkpoint,
-        start=base,
+        start=start,
         base=base,
         tasks=imitated_tasks(tasks),
         config=asdict(settings),
@@ -366,13 +371,13 @@ def _warm_up(
     context: dg.AssetExecutionContext,
     storage: StorageRoot,
     run: tuple[str, str, str],
-    base: str,
+    start: str,
     tasks: list[Mapping[str, Any]],
     settings: SFTSettings,
     verify_context: VerifyContext,
     tracking: TrackingConfig | None,
 ) -> tuple[SFTResult, str]:
-    """Warm `base` up on `tasks` in the run folder (a working copy, committed when training returns), logging each
+    """Warm `start` up on `tasks` in the run folder (a working copy, committed when training returns), logging each
     step's loss; returns the result and where its checkpoint is kept."""
     from training.sft import run_sft  # looked up at each run: a test replaces it
 
@@ -382,7 +387,7 @@ def _warm_up(
 
     with storage.folder(*run) as output_dir:
         result = run_sft(
-            storage.model_dir(base),
+            storage.model_dir(start),
             tasks,
             output_dir,
             settings=settings,
@@ -627,9 +632,9 @@ def _stored(storage: StorageRoot, run: tuple[str, ...], working: Path, path: str
     return storage.location(*run, *Path(path).relative_to(working).parts)
 
 
-def _no_warm_up(base: str, reason: str) -> dg.MaterializeResult[pd.DataFrame]:
-    metadata = {"trained": False, "checkpoint": base, "skipped_because": reason}
-    return dg.MaterializeResult(value=_untrained("sft", base, base), metadata=metadata)
+def _no_warm_up(start: str, base: str, reason: str) -> dg.MaterializeResult[pd.DataFrame]:
+    metadata = {"trained": False, "checkpoint": start, "skipped_because": reason}
+    return dg.MaterializeResult(value=_untrained("sft", start, base), metadata=metadata)
 
 
 def _no_grpo(

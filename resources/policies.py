@@ -46,6 +46,8 @@ from validators.tasks import TASK_FIELDS
 
 # Which judged tasks the splits keep: the judge's accepted ones, or all of them (labels shown, not used).
 LabelUse = Literal["accepted", "all"]
+# Where a run's training starts: the base model every time, or the promoted model (continual training).
+StartFrom = Literal["base", "promoted"]
 
 
 class VariantPlan(dg.ConfigurableResource):
@@ -200,6 +202,10 @@ class TrainingPolicy(dg.ConfigurableResource):
 
     # A model directory or hub id; empty: the bundled SmolLM2-135M-Instruct (the quickstart, offline).
     base_model: str = ""
+    # "base": every run trains the base model on its own data (a run whose data and recipe match the promoted
+    # model's reuses its steps, and its candidate is that model). "promoted": a run trains on from the model the
+    # promotion record names (the base model until one is promoted), so each promotion is a step from the last.
+    start_from: StartFrom = "base"
     models_dir: str  # where the bundled model is converted
     reward_weights: dict[str, float] = Field(default_factory=lambda: {"*": 1.0})
     # The reward audit (blocking; `training.reward_audit.RewardAuditPolicy`): floors on agreement with the
@@ -243,6 +249,10 @@ class TrainingPolicy(dg.ConfigurableResource):
     def model(self) -> str:
         """The base model, converting the bundled one first when none is configured."""
         return self.base_model or str(bundled_model(self.models_dir))
+
+    def start_model(self, registry: PromotionRegistry) -> str:
+        """The model this run's training starts from (`start_from`): the base model, or the promoted one."""
+        return registry.baseline(self.model()) if self.start_from == "promoted" else self.model()
 
     def audit_policy(self) -> RewardAuditPolicy:
         return AUDIT_FIELDS.build(self)

@@ -7,6 +7,7 @@ about (the whole chain on the tiny model runs in tests/test_quickstart_graph.py)
 
 import dataclasses
 import json
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,7 @@ from tests.services import fresh_database
 from training.difficulty import ROLLOUT_FIELDS
 from training.episodes import EPISODE_FIELDS, EngineTurns
 from training.gate_eval import EVAL_COLUMNS
+from training.promotion import PromotionRegistry
 from validators.environments import END_REASONS
 from validators.registry import Completion, Verdict, Verifier, VerifyContext
 from validators.seeds import load_seeds
@@ -179,6 +181,28 @@ def test_sft_warms_up_on_its_families_alone_and_skips_a_split_without_them(setti
     skipped = warm_up(["json_extraction"])
     assert not skipped["trained"] and skipped["checkpoint"] == str(tiny_model_dir)
     assert skipped["skipped_because"] == "no training task of sft_families ['json_extraction']"
+
+
+def test_start_from_promoted_trains_on_from_the_promoted_model_and_base_from_the_base(
+    settings, tiny_model_dir, tmp_path
+):
+    plant_train_tasks(settings, [t for t in bundled_tasks(settings, per_family=2) if t["family"] == "arithmetic"])
+    promoted = shutil.copytree(tiny_model_dir, tmp_path / "promoted-model")  # as if a past run trained it
+    registry = StorageRoot(root=str(settings.home)).state()
+    PromotionRegistry(str(settings.home / "promotion" / "promoted.json"), registry).promote(promoted)
+    base = {"base_model": str(tiny_model_dir), "sft_max_steps": 1, "sft_batch_size": 2, "sft_families": ["arithmetic"]}
+
+    def manifest(start_from: str) -> pd.Series:
+        summary = materialize(settings, "sft_checkpoint", resources={"training": {**base, "start_from": start_from}})
+        assert summary.success, summary.failures
+        return read_table(settings.home / "sft_checkpoint.parquet").iloc[0]
+
+    continued = manifest("promoted")
+    assert continued["trained"] and continued["start_model"] == str(promoted)
+    assert continued["base_model"] == str(tiny_model_dir)
+    fresh = manifest("base")  # the default: the promotion record does not change where training starts
+    assert fresh["start_model"] == fresh["base_model"] == str(tiny_model_dir)
+    assert fresh["checkpoint"] != continued["checkpoint"]  # another start, another run
 
 
 def test_difficulty_profile_leaves_out_tasks_without_signal_and_grpo_skips_an_empty_set(settings, tiny_model_dir):
