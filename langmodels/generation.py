@@ -147,12 +147,14 @@ class Completion:
     Attributes:
         text: The decoded answer (stop string and EOS excluded).
         finish_reason: "stop" (EOS, a stop string, or a complete structured answer) or "length".
-        tokens: Tokens generated for it.
+        tokens: Tokens generated for it (the stop token not counted).
+        token_ids: The sampled token ids, the stop token that ended it included (what a trainer learns to end with).
     """
 
     text: str
     finish_reason: FinishReason
     tokens: int
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     text: str | None = None  # set when a stop string cut it
     finish_reason: FinishReason | None = None
+    stop_token: int | None = None  # the stop token that ended it, if one did
 
 
 class Engine:
@@ -382,7 +385,8 @@ class Engine:
         for row in rows:
             text = row.text if row.text is not None else self._decode_text(row.tokens)
             assert row.finish_reason is not None
-            results[row.request].append(Completion(text, row.finish_reason, len(row.tokens)))
+            ended = () if row.stop_token is None else (row.stop_token,)
+            results[row.request].append(Completion(text, row.finish_reason, len(row.tokens), (*row.tokens, *ended)))
         return [
             GenerationResult(choices, len(r.prompt_ids), cached) for choices, r in zip(results, requests, strict=True)
         ]
@@ -567,7 +571,7 @@ class Engine:
     def _advance(self, row: _Row, token: int) -> bool:
         """Record a row's sampled token; True when the row has finished."""
         if token in self.stop_ids:
-            row.finish_reason = "stop"
+            row.finish_reason, row.stop_token = "stop", token
             return True
         row.tokens.append(token)
         if row.matcher is not None:

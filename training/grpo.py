@@ -627,7 +627,7 @@ def run_grpo(
             f"would run 0 steps. Give more tasks, or lower per_device_train_batch_size to {len(dataset) * groups}."
         )
     dataset = cap_episode_turns(dataset, config.max_episode_turns)
-    rollouts = _episode_rollouts(dataset)
+    rollouts = _rollouts(dataset, bool(config.use_vllm))
     versions = verifier_versions(dataset[VERIFIER_COLUMN])
     reward_funcs, weights = build_reward_funcs(config.reward_weights_by_verifier)
     # Normally equal already (set in __post_init__); differs only if the mapping was edited after construction.
@@ -701,12 +701,15 @@ def cap_episode_turns(dataset: Dataset, max_turns: int | None) -> Dataset:
     return dataset.remove_columns(VERIFIER_COLUMN).add_column(VERIFIER_COLUMN, specs)
 
 
-def _episode_rollouts(dataset: Dataset) -> EpisodeRollouts | None:
-    """The rollout function when the split holds `episode` tasks; None leaves TRL's single-turn generation."""
-    from training.grpo_episodes import EpisodeRollouts
+def _rollouts(dataset: Dataset, use_vllm: bool) -> EpisodeRollouts | None:
+    """TRL's rollout function: `episode` tasks play in their environments, and on the transformers backend every
+    turn is sampled through the engine (`training.grpo_episodes.EngineTurns`). None leaves a split without episodes
+    to TRL's own vLLM generation."""
+    from training.grpo_episodes import EngineTurns, EpisodeRollouts
 
-    rollouts = EpisodeRollouts(dataset.to_list())
+    rows = dataset.to_list()
+    rollouts = EpisodeRollouts(rows) if use_vllm else EpisodeRollouts(rows, sample_turns=EngineTurns())
     if not rollouts.tasks:
-        return None
+        return None if use_vllm else rollouts
     logger.info("GRPO plays %d episode tasks in their environments (training.grpo_episodes)", len(rollouts.tasks))
     return rollouts

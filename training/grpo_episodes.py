@@ -1,15 +1,17 @@
-"""GRPO over episodes: a TRL `rollout_func` that plays each episode task in its environment, turn by turn.
+"""GRPO rollouts: a TRL `rollout_func` that plays each episode task in its environment, turn by turn, and on CPU
+samples every turn (a single-turn task's one turn too) through the engine that serves the policy.
 
 TRL 1.16's `GRPOTrainer(rollout_func=...)` hands the function the batch's prompts (each one repeated
 `num_generations` times) and the trainer, and takes back, per completion, the prompt's token ids, the completion's
 token ids and their sampling logprobs; any other field reaches the reward functions as a column, and `env_mask`
-marks the completion tokens the loss trains on. `EpisodeRollouts` is that function for a split that holds
-`episode` tasks:
+marks the completion tokens the loss trains on. `EpisodeRollouts` is that function for every split on the
+transformers backend, and for a split that holds `episode` tasks under vLLM:
 
-- Every round, one assistant turn is generated for every live conversation through the trainer's own backend
-  (`trainer_turns`: the policy's current weights through transformers on CPU; vLLM colocated
-  or served on a GPU, switched by the same `use_vllm` setting as single-turn GRPO). A turn continues from the
-  exact tokens so far: nothing is re-tokenized, so the loss sees what was sampled.
+- Every round, one assistant turn is generated for every live conversation from the policy's current weights:
+  through `langmodels.generation.Engine` on the transformers backend (`EngineTurns`: a prompt's
+  `num_generations` copies are prefilled once), or through the trainer's own vLLM backend, colocated or served on
+  a GPU, under the same `use_vllm` setting as single-turn GRPO (`trainer_turns`). A turn continues from the exact
+  tokens so far: nothing is re-tokenized, so the loss sees what was sampled.
 - A single-turn task's completion is its first turn, as without the rollout function.
 - An episode task plays as `training.episodes.sample_episodes` plays it: the turn's calls run in the episode's own
   environment (a fresh copy of its state, removed afterwards), and their results, rendered by the chat template
@@ -23,7 +25,7 @@ marks the completion tokens the loss trains on. `EpisodeRollouts` is that functi
 
 The trainer's prompt tokenization (`_tokenize_prompts`) and one-turn generation (`_generate_single_turn`) are
 private TRL 1.16 methods (the pin is `trl>=1.16,<1.17`); TRL's own tool-calling loop is built on them, and the
-tests run both backends' CPU path. The generation is reached through one seam, `trainer_turns` (a `TurnSampler`):
+tests run both backends' CPU path. The generation is reached through one seam, a `TurnSampler`:
 tests that script the turns hand `EpisodeRollouts` their own sampler instead of patching TRL's internals, so a TRL
 upgrade that renames the method breaks `trainer_turns` and the real-backend tests, not every test. With vLLM in
 `server` mode a round is a collective call, so the rounds must match across processes: run episode GRPO on one
@@ -39,7 +41,10 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
+import torch
+
 from core import SeedwheelError
+from langmodels.generation import Engine, GenerationRequest
 from training.episodes import Rollout, start_rollout
 from validators.registry import VerifyContext
 from validators.rewards import EPISODE_COLUMN
@@ -134,6 +139,86 @@ def trainer_turns(trainer: Any, conversations: list[list[int]]) -> Any:
     """One turn per conversation through the trainer's own backend (transformers, or vLLM where `use_vllm`): TRL
     1.16's private `GRPOTrainer._generate_single_turn`, one sample each (every conversation has its own history)."""
     return trainer._generate_single_turn(conversations, None, {}, num_generations=1)
+
+
+def engine_problem(trainer: Any) -> str | None:
+    """Why `EngineTurns` cannot sample as this trainer's generation config says (None: it can): the engine
+    samples with a temperature and top-p alone, and serves no vLLM backend."""
+    if trainer.use_vllm:
+        return "use_vllm is set"
+    args = trainer.args
+    unsupported = {
+        "top_k": trainer.top_k not in (None, 0),
+        "min_p": trainer.min_p is not None,
+        "repetition_penalty": trainer.repetition_penalty != 1.0,
+        "generation_kwargs": bool(args.generation_kwargs),
+        "cache_implementation": args.cache_implementation is not None,
+    }
+    named = [name for name, is_set in unsupported.items() if is_set]
+    return f"{', '.join(named)} set" if named else None
+
+
+class EngineTurns:
+    """A `TurnSampler` for the transformers backend: each round through `langmodels.generation.Engine` on the
+    trainer's current weights, where TRL's `model.generate` is slower on CPU.
+
+    Conversations with the same tokens (a prompt's `num_generations` copies on the first turn) are one request:
+    their prompt is prefilled once and its KV cache repeated, where `generate` prefills every copy. The engine
+    keeps no prefix between rounds (the weights change every step), samples at the trainer's `temperature` and
+    `top_p`, and ends a turn at `max_completion_length` tokens or after an end-of-turn token, which the turn keeps
+    as `generate`'s does. Each request's seed is drawn from torch's random state, which the trainer seeds, so a
+    run repeats. Where the config asks for more than the engine does (`engine_problem`), the round goes to
+    `trainer_turns` instead, and the log says why once.
+    """
+
+    def __init__(self) -> None:
+        self._engine: Engine | None = None
+        self._warned = False
+
+    def __call__(self, trainer: Any, conversations: list[list[int]]) -> tuple[list[list[int]], None]:
+        problem = engine_problem(trainer)
+        if problem is not None:
+            if not self._warned:
+                logger.info("GRPO samples through TRL's generate, not the engine: %s", problem)
+                self._warned = True
+            return trainer_turns(trainer, conversations)
+        from trl.models import unwrap_model_for_generation
+
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for index, ids in enumerate(conversations):
+            groups.setdefault(tuple(ids), []).append(index)
+        requests = [
+            GenerationRequest(
+                ids,
+                n=len(indexes),
+                max_tokens=trainer.max_completion_length,
+                temperature=trainer.temperature,
+                top_p=trainer.top_p,
+                seed=int(torch.randint(2**31 - 1, ()).item()),
+            )
+            for ids, indexes in groups.items()
+        ]
+        with unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            generation_kwargs=trainer.generation_kwargs,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model:
+            training = model.training
+            try:  # sampled as served: in eval mode (no dropout), the trainer's mode restored after
+                results = self._engine_for(model.eval(), trainer.processing_class).generate(requests)
+            finally:
+                model.train(training)
+        turns: list[list[int]] = [[] for _ in conversations]
+        for indexes, result in zip(groups.values(), results, strict=True):
+            for index, completion in zip(indexes, result.completions, strict=True):
+                turns[index] = list(completion.token_ids)
+        return turns, None
+
+    def _engine_for(self, model: Any, tokenizer: Any) -> Engine:
+        if self._engine is None or self._engine.model is not model:
+            self._engine = Engine(model, tokenizer, prefix_cache_entries=0)
+        return self._engine
 
 
 class EpisodeRollouts:

@@ -21,11 +21,13 @@ from training.export import export_split
 from training.grpo import cap_episode_turns, cpu_defaults, grpo_config_class, load_train_split, run_grpo
 from training.grpo_episodes import (
     LENGTH,
+    EngineTurns,
     EpisodeRolloutError,
     EpisodeRollouts,
     episode_tasks,
     prompt_key,
     tool_suffix_ids,
+    trainer_turns,
 )
 from training.tiny_model import build_tiny_model
 from validators.registry import VerifyContext, verify
@@ -290,6 +292,35 @@ def test_grpo_trains_on_episodes_with_the_real_model(
 ) -> None:
     # SmolLM2 before any SFT mostly answers without a call; what it plays is counted and rewarded all the same.
     train(tmp_path, real_model_dir, [shop_tasks[0], digit_share(1)], max_completion_length=48)
+
+
+@pytest.mark.slow
+def test_engine_turns_sample_what_trls_generate_samples(tmp_path: Path, real_model_dir: Path) -> None:
+    """Near-greedy, the engine and TRL's `generate` pick the same tokens: a prompt's copies, prefilled once by the
+    engine, get the turn `generate` gives each copy, ending with the end-of-turn token, or cut at the limit."""
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    train_file = split(tmp_path, [arithmetic(2), arithmetic(7)])
+    trainer = GRPOTrainer(
+        model=str(real_model_dir),
+        reward_funcs=[VerifierReward()],
+        args=config(tmp_path, train_file, max_completion_length=40, temperature=1e-4, max_steps=1),
+        train_dataset=load_train_split(train_file),
+        processing_class=AutoTokenizer.from_pretrained(real_model_dir),
+    )
+    tokenizer = trainer.processing_class
+    story = [{"role": "user", "content": "Write a long story about the number 7."}]
+    short, long = trainer._tokenize_prompts([arithmetic(2)["prompt"], story])[0]
+    conversations = [short, short, short, long]
+    trainer.model.train()  # as in a training step
+    by_engine, logprobs = EngineTurns()(trainer, conversations)
+    assert logprobs is None  # as TRL's transformers backend: the loss computes its own
+    assert by_engine == trainer_turns(trainer, conversations)[0]
+    assert by_engine[0] == by_engine[1] == by_engine[2]
+    assert by_engine[0][-1] == tokenizer.eos_token_id and len(by_engine[0]) < 40  # ended by the model
+    assert len(by_engine[3]) == 40  # cut at max_completion_length
+    assert trainer.model.training  # the trainer's mode is restored
 
 
 @pytest.fixture
