@@ -169,12 +169,11 @@ def sft_checkpoint(
     warm-up on the training references (or as is)."""
     base = training.model()
     start = training.start_model(gate.registry(storage.state()))
-    families = training.sft_families
     if not training.sft:
         return _no_warm_up(start, base, "sft=False")
-    tasks = warm_up_tasks(records_from_frame(train_tasks[list(TASK_FIELDS)]), families)
+    tasks = warm_up_tasks(records_from_frame(train_tasks[list(TASK_FIELDS)]), training.sft_families)
     if not tasks:  # none of sft_families is in this split: a night without them still trains
-        reason = f"no training task of sft_families {families}"
+        reason = f"no training task of sft_families {training.sft_families}"
         context.log.warning(
             f"SFT skipped: {reason} (the split has {_families(train_tasks['family'])}); GRPO starts from {start}"
         )

@@ -143,9 +143,11 @@ def trainer_turns(trainer: Any, conversations: list[list[int]]) -> Any:
 
 def engine_problem(trainer: Any) -> str | None:
     """Why `EngineTurns` cannot sample as this trainer's generation config says (None: it can): the engine
-    samples with a temperature and top-p alone, and serves no vLLM backend."""
+    samples with a temperature and top-p alone, serves no vLLM backend and needs a chat tokenizer."""
     if trainer.use_vllm:
         return "use_vllm is set"
+    if not getattr(trainer.processing_class, "chat_template", None):
+        return "the tokenizer has no chat template"
     args = trainer.args
     unsupported = {
         "top_k": trainer.top_k not in (None, 0),

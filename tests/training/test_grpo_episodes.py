@@ -24,6 +24,7 @@ from training.grpo_episodes import (
     EngineTurns,
     EpisodeRolloutError,
     EpisodeRollouts,
+    engine_problem,
     episode_tasks,
     prompt_key,
     tool_suffix_ids,
@@ -292,6 +293,22 @@ def test_grpo_trains_on_episodes_with_the_real_model(
 ) -> None:
     # SmolLM2 before any SFT mostly answers without a call; what it plays is counted and rewarded all the same.
     train(tmp_path, real_model_dir, [shop_tasks[0], digit_share(1)], max_completion_length=48)
+
+
+def test_engine_turns_leave_to_generate_what_the_engine_cannot_sample() -> None:
+    from types import SimpleNamespace
+
+    def trainer(use_vllm: bool = False, template: str | None = "{{ messages }}", **set: Any) -> Any:
+        sampling = {"top_k": 0, "min_p": None, "repetition_penalty": 1.0} | set
+        args = SimpleNamespace(generation_kwargs=set.get("generation_kwargs"), cache_implementation=None)
+        tokenizer = SimpleNamespace(chat_template=template)
+        return SimpleNamespace(use_vllm=use_vllm, processing_class=tokenizer, args=args, **sampling)
+
+    assert engine_problem(trainer()) is None
+    assert engine_problem(trainer(top_k=50, repetition_penalty=1.1)) == "top_k, repetition_penalty set"
+    assert engine_problem(trainer(generation_kwargs={"no_repeat_ngram_size": 3})) == "generation_kwargs set"
+    assert engine_problem(trainer(use_vllm=True)) == "use_vllm is set"
+    assert engine_problem(trainer(template=None)) == "the tokenizer has no chat template"
 
 
 @pytest.mark.slow
