@@ -250,9 +250,10 @@ class TrainingPolicy(dg.ConfigurableResource):
         """The base model, converting the bundled one first when none is configured."""
         return self.base_model or str(bundled_model(self.models_dir))
 
-    def start_model(self, registry: PromotionRegistry) -> str:
-        """The model this run's training starts from (`start_from`): the base model, or the promoted one."""
-        return registry.baseline(self.model()) if self.start_from == "promoted" else self.model()
+    def start_model(self, base: str, registry: PromotionRegistry) -> str:
+        """The model this run's training starts from (`start_from`): `base` (the resolved `model()`), or the
+        promoted one."""
+        return registry.baseline(base) if self.start_from == "promoted" else base
 
     def audit_policy(self) -> RewardAuditPolicy:
         return AUDIT_FIELDS.build(self)

@@ -703,13 +703,13 @@ def cap_episode_turns(dataset: Dataset, max_turns: int | None) -> Dataset:
 
 def _rollouts(dataset: Dataset, use_vllm: bool) -> EpisodeRollouts | None:
     """TRL's rollout function: `episode` tasks play in their environments, and on the transformers backend every
-    turn is sampled through the engine (`training.grpo_episodes.EngineTurns`). None leaves a split without episodes
+    turn is sampled through the engine (`training.grpo_episodes.LiveEngineTurns`). None leaves a split without episodes
     to TRL's own vLLM generation."""
-    from training.grpo_episodes import EngineTurns, EpisodeRollouts
+    from training.grpo_episodes import EpisodeRollouts, LiveEngineTurns, trainer_turns
 
-    rows = dataset.to_list()
-    rollouts = EpisodeRollouts(rows) if use_vllm else EpisodeRollouts(rows, sample_turns=EngineTurns())
-    if not rollouts.tasks:
-        return None if use_vllm else rollouts
-    logger.info("GRPO plays %d episode tasks in their environments (training.grpo_episodes)", len(rollouts.tasks))
+    rollouts = EpisodeRollouts(dataset.to_list(), sample_turns=trainer_turns if use_vllm else LiveEngineTurns())
+    if rollouts.tasks:
+        logger.info("GRPO plays %d episode tasks in their environments (training.grpo_episodes)", len(rollouts.tasks))
+    elif use_vllm:
+        return None
     return rollouts

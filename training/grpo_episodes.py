@@ -8,7 +8,7 @@ marks the completion tokens the loss trains on. `EpisodeRollouts` is that functi
 transformers backend, and for a split that holds `episode` tasks under vLLM:
 
 - Every round, one assistant turn is generated for every live conversation from the policy's current weights:
-  through `langmodels.generation.Engine` on the transformers backend (`EngineTurns`: a prompt's
+  through `langmodels.generation.Engine` on the transformers backend (`LiveEngineTurns`: a prompt's
   `num_generations` copies are prefilled once), or through the trainer's own vLLM backend, colocated or served on
   a GPU, under the same `use_vllm` setting as single-turn GRPO (`trainer_turns`). A turn continues from the exact
   tokens so far: nothing is re-tokenized, so the loss sees what was sampled.
@@ -142,7 +142,7 @@ def trainer_turns(trainer: Any, conversations: list[list[int]]) -> Any:
 
 
 def engine_problem(trainer: Any) -> str | None:
-    """Why `EngineTurns` cannot sample as this trainer's generation config says (None: it can): the engine
+    """Why `LiveEngineTurns` cannot sample as this trainer's generation config says (None: it can): the engine
     samples with a temperature and top-p alone, serves no vLLM backend and needs a chat tokenizer."""
     if trainer.use_vllm:
         return "use_vllm is set"
@@ -160,7 +160,7 @@ def engine_problem(trainer: Any) -> str | None:
     return f"{', '.join(named)} set" if named else None
 
 
-class EngineTurns:
+class LiveEngineTurns:
     """A `TurnSampler` for the transformers backend: each round through `langmodels.generation.Engine` on the
     trainer's current weights, where TRL's `model.generate` is slower on CPU.
 

@@ -21,9 +21,9 @@ from training.export import export_split
 from training.grpo import cap_episode_turns, cpu_defaults, grpo_config_class, load_train_split, run_grpo
 from training.grpo_episodes import (
     LENGTH,
-    EngineTurns,
     EpisodeRolloutError,
     EpisodeRollouts,
+    LiveEngineTurns,
     engine_problem,
     episode_tasks,
     prompt_key,
@@ -331,7 +331,7 @@ def test_engine_turns_sample_what_trls_generate_samples(tmp_path: Path, real_mod
     short, long = trainer._tokenize_prompts([arithmetic(2)["prompt"], story])[0]
     conversations = [short, short, short, long]
     trainer.model.train()  # as in a training step
-    by_engine, logprobs = EngineTurns()(trainer, conversations)
+    by_engine, logprobs = LiveEngineTurns()(trainer, conversations)
     assert logprobs is None  # as TRL's transformers backend: the loss computes its own
     assert by_engine == trainer_turns(trainer, conversations)[0]
     assert by_engine[0] == by_engine[1] == by_engine[2]
