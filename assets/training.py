@@ -168,7 +168,7 @@ def sft_checkpoint(
     """The policy GRPO starts from: the start model (`start_from`: the base or the promoted one) after an SFT
     warm-up on the training references (or as is)."""
     base = training.model()
-    start = training.start_model(base, gate.registry(storage.state()))
+    start = training.start_model(base, lambda: gate.registry(storage.state()))
     if not training.sft:
         return _no_warm_up(start, base, "sft=False")
     tasks = warm_up_tasks(records_from_frame(train_tasks[list(TASK_FIELDS)]), training.sft_families)

@@ -3,7 +3,7 @@ the promotion gate."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -250,10 +250,11 @@ class TrainingPolicy(dg.ConfigurableResource):
         """The base model, converting the bundled one first when none is configured."""
         return self.base_model or str(bundled_model(self.models_dir))
 
-    def start_model(self, base: str, registry: PromotionRegistry) -> str:
+    def start_model(self, base: str, registry: Callable[[], PromotionRegistry]) -> str:
         """The model this run's training starts from (`start_from`): `base` (the resolved `model()`), or the
-        promoted one."""
-        return registry.baseline(base) if self.start_from == "promoted" else base
+        promoted one. The promotion record is opened only for "promoted": an object-store root without a database
+        has none, and trains from the base all the same."""
+        return registry().baseline(base) if self.start_from == "promoted" else base
 
     def audit_policy(self) -> RewardAuditPolicy:
         return AUDIT_FIELDS.build(self)
