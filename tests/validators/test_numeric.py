@@ -89,6 +89,13 @@ def judge(answer, text, **params):
         (18, "#### 2 x 9 = $18"),
         # A bracketed explanation after the answer is not an alternative.
         (18, "#### 18 (9 eggs at 2 each)"),
+        # A power is the number it names, not its base.
+        (1000, "#### 10^3"),
+        (1024, "The answer is 2^{10}."),
+        (0.01, "#### 10**-2"),
+        # TeX's shorthand fraction: single-digit arguments need no braces.
+        ("1/2", "#### \\dfrac12"),
+        ("1/4", "\\boxed{\\frac1{4}}"),
     ],
 )
 def test_accepts(answer, text):
@@ -129,6 +136,10 @@ def test_accepts(answer, text):
         (0.5, "It is 5%", "answer_mismatch: expected 0.5, got 5%"),
         # A date alone is not a number.
         (3, "Due 3/4/2024.", "no_answer"),
+        # A power's base is not the answer.
+        (10, "#### 10^3", "answer_mismatch: expected 10, got 10^3"),
+        # `\frac123` is a half then 3 (as TeX reads it), not 1/23.
+        ("1/23", "#### \\frac123", "ambiguous_answer: another number is offered beside 1/2"),
     ],
 )
 def test_rejects(answer, text, reason):
@@ -336,6 +347,9 @@ def test_gsm8k_references_pass_and_altered_ones_fail():
         "1" * 200_000,
         # Many markers without numbers.
         "#### " * 50_000,
+        # Exponents whose exact value would take minutes and gigabytes: not an answer.
+        "#### 1e999999999",
+        "#### 10^{999999999}",
         # Marker phrases followed by long whitespace.
         ("answer" + " " * 10_000) * 20,
     ],

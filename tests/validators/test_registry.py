@@ -63,15 +63,16 @@ def test_unknown_name_lists_registered_names():
 
 def test_unknown_version_lists_versions():
     with pytest.raises(
-        UnknownVerifierError, match="verifier 'numeric_answer' has no version 7; registered versions: 2"
+        UnknownVerifierError, match=r"verifier 'numeric_answer' has no version 7; registered versions: 3$"
     ):
         REGISTRY.get("numeric_answer", 7)
 
 
 def test_a_superseded_version_resolves_to_the_fix():
-    # Tasks stored under numeric_answer 1 are judged by version 2, which refuses the hedge version 1 paid for.
+    # Tasks stored under numeric_answer 1 are judged by the latest version, which refuses the hedge version 1 paid
+    # for.
     task = {"verifier": {"name": "numeric_answer", "version": 1, "params": {"answer": 72}}}
-    assert REGISTRY.get("numeric_answer", 1).version == 2
+    assert REGISTRY.get("numeric_answer", 1).version == REGISTRY.get("numeric_answer").version > 1
     assert verify(task, "#### 72 or 73").reason.startswith("ambiguous_answer")
 
 
@@ -112,7 +113,7 @@ def test_load_verifier_errors(isolated_registry, path, error, message):
         # An unknown verifier name points at the name.
         ({"name": "nope", "params": {}}, "(/verifier/name)"),
         # An unknown version too.
-        ({"name": "numeric_answer", "version": 3, "params": {"answer": 1}}, "has no version 3"),
+        ({"name": "numeric_answer", "version": 99, "params": {"answer": 1}}, "has no version 99"),
     ],
 )
 def test_spec_problems(spec, problem):

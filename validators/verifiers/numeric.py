@@ -18,11 +18,13 @@ closing formatting, and with any opening formatting or marker before the other n
 explanation after the answer ("18 dollars (9 eggs at $2)", "18, since 9 * 2 = 18") is not an alternative, and
 `1,234` is one number where `1, 234` is two.
 
-Numbers may carry a sign, a `$`, thousands separators (`1,234.50`), a fraction (`3/4`, `1 1/2`, `\\frac{3}{4}`),
-an exponent (`1e-3`), a trailing `%` or "percent" and trailing units ("18 dollars"); a unit's exponent (`25 m^2`,
-`m**2`, `cm^{2}`) is not a number. A percentage matches when either its number or its number / 100 matches
-(`25%` answers both 25 and 0.25). `rel_tol` absorbs rounding of decimals and fractions; two integers compare
-exactly (an off-by-one in a large count is wrong, not rounding).
+Numbers may carry a sign, a `$`, thousands separators (`1,234.50`), a fraction (`3/4`, `1 1/2`, `\\frac{3}{4}`,
+`\\dfrac12`), an exponent (`1e-3`), a power (`10^3`, `2^{10}`, `10**-2`: the power is the number, not its
+base), a trailing `%` or "percent" and trailing units ("18 dollars"); a unit's exponent (`25 m^2`, `m**2`,
+`cm^{2}`) is not a number. A number past ~1,200 digits (`1e999999999`) is not an answer. A percentage
+matches when either its number or its number / 100 matches (`25%` answers both 25 and 0.25). `rel_tol` absorbs
+rounding of decimals and fractions; two integers compare exactly (an off-by-one in a large count is wrong, not
+rounding).
 With a marker, numbers elsewhere (the reasoning, a check after the answer) are ignored.
 """
 
@@ -49,8 +51,10 @@ _NUMBER = re.compile(
         (?P<whole>\d+)[ ](?P<mnum>\d+)/(?P<mden>\d+)  # mixed fraction: 1 1/2
       | (?P<num>\d+)/(?P<den>\d+)                     # fraction: 3/4
       | (?P<dec>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE](?P<exp>[-+]?\d+))?
+        (?![\d/])                                   # a longer number or a date is not this number
+        (?:[ ]?(?:\^|\*\*)[ ]?\{?[ ]?(?P<pow>[-+]?\d+)[ ]?\}?)?  # a power: 10^3, 2^{10}, 10**-2
     )
-    (?![\d/])                                       # a longer number or a date is not this number
+    (?![\d/])
     (?P<pct>\s?(?:%|percent\b))?
     """,
     re.VERBOSE | re.ASCII | re.IGNORECASE,
@@ -87,7 +91,12 @@ _HEDGE_AFTER = re.compile(rf"{_LINK}[-\u2212]?\$?\s?\.?\d", re.IGNORECASE)
 _HEDGE_BEFORE = re.compile(rf"\d{_LINK}\Z", re.IGNORECASE)
 _HEDGE_WINDOW = 160
 
-_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*(-?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}")
+# A fraction's two arguments are braced, or single digits as TeX reads them: `\frac{3}{4}`, `\dfrac12`, `\frac1{2}`.
+_LATEX_FRAC = re.compile(
+    r"\\[dt]?frac\s*(?:\{\s*(?P<num>-?[\d.,]+)\s*\}|(?P<num_digit>\d))\s*(?:\{\s*(?P<den>[\d.,]+)\s*\}|(?P<den_digit>\d))"
+)
+# The largest power a number may name, in bits of its base times its exponent (~1,200 decimal digits).
+_MAX_POWER_BITS = 4096
 LATEX_TEXT = re.compile(r"\\(?:text|textbf|textrm|mathrm|mbox)\s*\{([^{}]*)\}")
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\[,!]\s?)(?=\d{3})")
 
@@ -104,12 +113,30 @@ class _Number:
         return (self.value, self.value / 100) if self.percent else (self.value,)
 
 
+def _plain_fraction(match: re.Match[str]) -> str:
+    """`n/d` for a LaTeX fraction; a digit right after `\\frac12` stays a number of its own (TeX reads `\\frac123`
+    as a half, then 3), so it is not read as `1/23`."""
+    numerator = match["num"] if match["num"] is not None else match["num_digit"]
+    denominator = match["den"] if match["den"] is not None else match["den_digit"]
+    apart = " " if match.string[match.end() : match.end() + 1].isdigit() else ""
+    return f"{numerator}/{denominator}{apart}"
+
+
 def _normalize_latex(text: str) -> str:
     """Rewrite the LaTeX that models use around numbers into plain text, keeping everything else."""
-    text = _LATEX_FRAC.sub(r"\1/\2", text)
+    text = _LATEX_FRAC.sub(_plain_fraction, text)
     text = LATEX_TEXT.sub(r"\1", text)
     text = _LATEX_THOUSANDS.sub(",", text)
     return text.replace("\\%", "%").replace("\\$", "$").replace("\\!", "")
+
+
+def _power(base: Fraction, exponent: int) -> Fraction:
+    """`base ** exponent`, exactly; OverflowError past `_MAX_POWER_BITS` (`1e999999999` would take minutes and
+    gigabytes to compute, and names no answer a task expects)."""
+    size = max(base.numerator.bit_length(), base.denominator.bit_length())
+    if abs(exponent) * size > _MAX_POWER_BITS:
+        raise OverflowError(f"{base}^{exponent} is too large to be an answer")
+    return base**exponent
 
 
 def _number_from_match(match: re.Match[str]) -> _Number | None:
@@ -121,7 +148,9 @@ def _number_from_match(match: re.Match[str]) -> _Number | None:
         else:
             value = Fraction(match["dec"].replace(",", ""))
             if match["exp"] is not None:
-                value *= Fraction(10) ** int(match["exp"])
+                value *= _power(Fraction(10), int(match["exp"]))
+            if match["pow"] is not None:
+                value = _power(value, int(match["pow"]))
     except (ZeroDivisionError, ValueError, OverflowError):
         return None  # "3/0" or an absurd exponent is not an answer
     if match["neg"]:
@@ -277,7 +306,7 @@ class NumericAnswer(Verifier):
     """
 
     name = "numeric_answer"
-    version = 2
+    version = 3
     params_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "required": ["answer"],
