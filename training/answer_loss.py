@@ -39,10 +39,12 @@ class AnswerLossSFTTrainer(SFTTrainer):
         if hasattr(causal_lm, "get_base_model"):  # a LoRA-wrapped model: its adapters live in the base model's layers
             causal_lm = causal_lm.get_base_model()
         features = {name: value for name, value in inputs.items() if name != "labels"}
-        hidden = causal_lm.base_model(**features, use_cache=False).last_hidden_state[:, :-1]
         targets = inputs["labels"][:, 1:]
         learnt = targets != IGNORED
-        logits = causal_lm.get_output_embeddings()(hidden[learnt]).float()
+        # The unwrapped model's layers run outside the autocast the trainer wraps `forward` in (bf16 runs): enter it.
+        with self.accelerator.autocast():
+            hidden = causal_lm.base_model(**features, use_cache=False).last_hidden_state[:, :-1]
+            logits = causal_lm.get_output_embeddings()(hidden[learnt]).float()
         learnt_targets = targets[learnt]
         answer_tokens = len(learnt_targets)
         count = answer_tokens if num_items_in_batch is None else num_items_in_batch
