@@ -82,31 +82,18 @@ class GRPODataError(SeedwheelError, ValueError):
     """A train file that cannot feed GRPO: missing, without the needed columns, or empty after filtering."""
 
 
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX-512 BF16, or AMX): there, bf16 mixed precision trains the
-    bundled model ~2x faster than fp32 (a step of 8 x 256 tokens, 9.5 s against 19.2 s on 2 Zen 4 cores, whose
-    bf16 matmul ran at 2.8x fp32's rate). Without it oneDNN emulates bf16, slower than fp32 (4-6x on AVX2 alone).
-    """
-    import torch
-
-    return any(
-        getattr(torch.cpu, probe, lambda: False)() for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    )
-
-
 def cpu_defaults() -> dict[str, Any]:
     """`GRPOConfig` settings for training on CPU with TRL 1.16 / transformers 5.2x.
 
     Returns:
-        `use_cpu=True` (otherwise the default bf16 fails without a GPU), `bf16` where the CPU has it natively
-        (`native_bf16`: autocast, the weights and the optimizer stay fp32), `activation_checkpointing=False`
-        (transformers 5.2x's name; TRL's base config turns its deprecated alias `gradient_checkpointing` on by
-        default, which only costs time on tiny CPU models) and `report_to=[]`.
+        `use_cpu=True` (otherwise the default bf16 fails without a GPU), `bf16=False`,
+        `activation_checkpointing=False` (transformers 5.2x's name; TRL's base config turns its deprecated alias
+        `gradient_checkpointing` on by default, which only costs time on tiny CPU models) and `report_to=[]`.
 
     Example:
         >>> cfg = SeedwheelGRPOConfig(output_dir="out", train_file="train.parquet", **cpu_defaults())  # doctest: +SKIP
     """
-    return {"use_cpu": True, "bf16": native_bf16(), "activation_checkpointing": False, "report_to": []}
+    return {"use_cpu": True, "bf16": False, "activation_checkpointing": False, "report_to": []}
 
 
 def vllm_available() -> bool:
