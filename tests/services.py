@@ -128,7 +128,8 @@ def s3_server(workdir: Path) -> Iterator[str]:
             try:
                 urllib.request.urlopen(endpoint, timeout=1).close()
                 break
-            except (urllib.error.URLError, ConnectionError):
+            # A server still starting on busy cores may accept the connection and answer after the 1 s timeout.
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
                 if process.poll() is not None or time.monotonic() > deadline:
                     log = (workdir / "s3.log").read_text()[-2000:]
                     raise RuntimeError(f"moto_server did not start: {log}") from None

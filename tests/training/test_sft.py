@@ -202,8 +202,7 @@ def test_sft_learns_only_what_the_assistant_wrote(tiny_model_dir: Path, episode_
     expected = -float(token_logps[torch.tensor(mask[1:], dtype=torch.bool)].mean())
 
     settings = SFTSettings(max_steps=1, batch_size=1, learning_rate=1e-3, max_length=4096)
-    fp32 = {"seed": 0, "overrides": {"disable_tqdm": True, "bf16": False}}  # as `expected` is computed
-    result = run_sft(tiny_model_dir, [task], tmp_path / "sft", settings=settings, context=seed_context, **fp32)
+    result = run_sft(tiny_model_dir, [task], tmp_path / "sft", settings=settings, context=seed_context, **TINY_SFT)
     [first] = [m["loss"] for m in result.metrics if "loss" in m]
     assert first == pytest.approx(expected, rel=1e-6)  # the same sum, in another order at most
 
