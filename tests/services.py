@@ -128,8 +128,8 @@ def s3_server(workdir: Path) -> Iterator[str]:
             try:
                 urllib.request.urlopen(endpoint, timeout=1).close()
                 break
-            # A server still starting on busy cores may accept the connection and answer after the 1 s timeout.
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
+            # Refused, reset, or (a server still starting on busy cores) accepted and answered after the timeout.
+            except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
                     log = (workdir / "s3.log").read_text()[-2000:]
                     raise RuntimeError(f"moto_server did not start: {log}") from None
